@@ -1,0 +1,29 @@
+// `troupe info`: what this build and machine offer (CPU features, CUDA devices).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "app/command.hpp"
+#include "app/version.hpp"
+#ifdef TROUPE_HAVE_CUDA
+#include "gpu/device_info.hpp"
+#endif
+
+namespace {
+troupe::app::register_command reg("info", "Show build and machine capabilities", [](CLI::App&) {
+  return []() {
+    std::printf("troupe %s\n", troupe::version());
+    __builtin_cpu_init();
+    std::printf("cpu: avx2=%d fma=%d avx512f=%d avx512vnni=%d\n", __builtin_cpu_supports("avx2"),
+                __builtin_cpu_supports("fma"), __builtin_cpu_supports("avx512f"),
+                __builtin_cpu_supports("avx512vnni"));
+#ifdef TROUPE_HAVE_CUDA
+    auto d = troupe::gpu::query_devices();
+    std::printf("cuda backend: built; %s\n", d.count ? d.summary.c_str() : d.summary.c_str());
+#else
+    std::printf("cuda backend: not built (nvcc was not found at configure time)\n");
+#endif
+    return 0;
+  };
+});
+}  // namespace

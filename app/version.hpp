@@ -1,0 +1,4 @@
+#pragma once
+namespace troupe {
+const char* version();
+}
