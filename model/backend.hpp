@@ -1,0 +1,70 @@
+#pragma once
+// The backend interface: one call runs one engine step for many sequences, mixing prompt
+// chunks and single-token decodes. Inputs and outputs are plain values; the KV memory lives in
+// the backend and is addressed through the block tables that the scheduler's kv_manager owns.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/llama_model.hpp"
+#include "model/result.hpp"
+
+namespace troupe::model {
+
+struct batch_sequence {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> tokens;        // tokens fed this step (a prompt chunk, or one decode token)
+  int32_t n_past = 0;                 // tokens of this sequence already in KV memory
+  std::vector<int32_t> block_table;   // physical blocks covering n_past + tokens.size() positions
+  bool want_logits = true;            // logits of the last token are returned
+};
+
+struct batch {
+  std::vector<batch_sequence> seqs;
+  int32_t n_tokens() const;
+};
+
+// Logits for the sequences that asked for them, in batch order.
+struct batch_logits {
+  int32_t n_vocab = 0;
+  std::vector<uint64_t> seq_ids;
+  std::vector<float> data;            // seq_ids.size() rows of n_vocab
+  const float* row(size_t i) const { return data.data() + i * static_cast<size_t>(n_vocab); }
+};
+
+struct backend_options {
+  int n_threads = 0;                  // 0: all cores
+  int32_t block_size = 16;            // tokens per KV block
+  int64_t kv_bytes = 256ll << 20;     // KV memory budget, allocated once at start
+};
+
+class backend {
+ public:
+  virtual ~backend() = default;
+  virtual std::string name() const = 0;
+  virtual const hparams& params() const = 0;
+  virtual int32_t n_blocks() const = 0;
+  virtual int32_t block_size() const = 0;
+  virtual size_t kv_bytes_per_token() const = 0;
+  // Runs one step. Errors (a block table too short, a position past the context, a token id
+  // out of range) come back as values and leave the KV memory of other sequences intact.
+  virtual result<batch_logits> forward(const batch& b) = 0;
+};
+
+using backend_factory =
+    std::function<result<std::unique_ptr<backend>>(std::shared_ptr<llama_model>, const backend_options&)>;
+
+// Backends register by name ("cpu", "cuda"); an unknown name gives an error listing the known ones.
+struct register_backend {
+  register_backend(const std::string& name, backend_factory f);
+};
+result<std::unique_ptr<backend>> make_backend(const std::string& name, std::shared_ptr<llama_model> m,
+                                              const backend_options& o);
+std::vector<std::string> backend_names();
+
+// Defined in cpu_backend.cpp.
+backend_factory cpu_backend_factory();
+
+}  // namespace troupe::model

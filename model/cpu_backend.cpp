@@ -1,0 +1,205 @@
+#include "model/cpu_backend.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/cpu_ops.hpp"
+#include "model/quant.hpp"
+
+namespace troupe::model {
+
+backend_factory cpu_backend_factory() {
+  return [](std::shared_ptr<llama_model> m, const backend_options& o) { return cpu_backend::create(std::move(m), o); };
+}
+
+namespace {
+
+template <class T>
+void grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+}  // namespace
+
+result<std::unique_ptr<backend>> cpu_backend::create(std::shared_ptr<llama_model> m, const backend_options& o) {
+  if (o.block_size <= 0 || o.block_size > 1024) return make_error("kv block size must be in 1..1024");
+  const auto& hp = m->params();
+  const size_t per_block = static_cast<size_t>(o.block_size) * hp.n_kv_dim() * hp.n_layer * 2 * sizeof(uint16_t);
+  const auto n_blocks = static_cast<int64_t>(static_cast<size_t>(o.kv_bytes) / per_block);
+  if (n_blocks < 1)
+    return make_error("kv memory budget of " + std::to_string(o.kv_bytes) + " bytes holds no block of " +
+                      std::to_string(per_block) + " bytes");
+  if (n_blocks > (int64_t{1} << 30)) return make_error("kv memory budget too large");
+  return std::unique_ptr<backend>(new cpu_backend(std::move(m), o, static_cast<int32_t>(n_blocks)));
+}
+
+cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& o, int32_t n_blocks)
+    : model_(std::move(m)), pool_(o.n_threads), block_size_(o.block_size), n_blocks_(n_blocks) {
+  const auto& hp = model_->params();
+  const size_t n = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_kv_dim() * hp.n_layer;
+  k_cache_.assign(n, 0);
+  v_cache_.assign(n, 0);
+  attn_scratch_.resize(static_cast<size_t>(pool_.size()));
+}
+
+size_t cpu_backend::kv_bytes_per_token() const {
+  const auto& hp = model_->params();
+  return static_cast<size_t>(hp.n_kv_dim()) * hp.n_layer * 2 * sizeof(uint16_t);
+}
+
+kv_layer_view cpu_backend::layer_view(int layer) {
+  const auto& hp = model_->params();
+  const size_t per_layer = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_kv_dim();
+  kv_layer_view v;
+  v.k = k_cache_.data() + per_layer * layer;
+  v.v = v_cache_.data() + per_layer * layer;
+  v.n_kv_heads = hp.n_head_kv;
+  v.head_dim = hp.head_dim;
+  v.block_size = block_size_;
+  return v;
+}
+
+status cpu_backend::validate(const batch& b) const {
+  const auto& hp = model_->params();
+  for (const auto& s : b.seqs) {
+    const std::string who = "sequence " + std::to_string(s.seq_id) + ": ";
+    if (s.tokens.empty()) return make_error(who + "no tokens in this step");
+    if (s.n_past < 0) return make_error(who + "negative n_past");
+    const int64_t end = static_cast<int64_t>(s.n_past) + static_cast<int64_t>(s.tokens.size());
+    if (end > hp.n_ctx_train)
+      return make_error(who + "position " + std::to_string(end) + " exceeds the model context of " +
+                        std::to_string(hp.n_ctx_train) + " tokens");
+    if (static_cast<int64_t>(s.block_table.size()) * block_size_ < end)
+      return make_error(who + "block table covers " + std::to_string(s.block_table.size() * block_size_) +
+                        " positions, step needs " + std::to_string(end));
+    for (auto blk : s.block_table)
+      if (blk < 0 || blk >= n_blocks_) return make_error(who + "block id " + std::to_string(blk) + " out of range");
+    for (auto t : s.tokens)
+      if (t < 0 || t >= hp.n_vocab) return make_error(who + "token id " + std::to_string(t) + " out of range");
+  }
+  return {};
+}
+
+result<batch_logits> cpu_backend::forward(const batch& b) {
+  if (auto s = validate(b); !s) return make_error(s.error());
+  const auto& hp = model_->params();
+  const int64_t T = b.n_tokens();
+  const int ne = hp.n_embd, nq = hp.n_q_dim(), nkv = hp.n_kv_dim(), nff = hp.n_ff, hd = hp.head_dim;
+  const int half_rot = hp.n_rot / 2;
+  batch_logits out;
+  out.n_vocab = hp.n_vocab;
+  if (T == 0) return out;
+
+  // Token → (sequence, position) map for the whole step.
+  std::vector<int32_t> tok_seq(static_cast<size_t>(T)), tok_pos(static_cast<size_t>(T));
+  std::vector<int64_t> logit_rows;
+  {
+    int64_t t = 0;
+    for (size_t si = 0; si < b.seqs.size(); ++si) {
+      const auto& s = b.seqs[si];
+      for (size_t j = 0; j < s.tokens.size(); ++j, ++t) {
+        tok_seq[static_cast<size_t>(t)] = static_cast<int32_t>(si);
+        tok_pos[static_cast<size_t>(t)] = s.n_past + static_cast<int32_t>(j);
+      }
+      if (s.want_logits) {
+        logit_rows.push_back(t - 1);
+        out.seq_ids.push_back(s.seq_id);
+      }
+    }
+  }
+
+  grow(x_, T * ne);
+  grow(xn_, T * ne);
+  grow(q_, T * nq);
+  grow(k_, T * nkv);
+  grow(v_, T * nkv);
+  grow(att_, T * nq);
+  grow(tmp_, T * ne);
+  grow(gate_, T * nff);
+  grow(up_, T * nff);
+  grow(rope_cos_, T * half_rot);
+  grow(rope_sin_, T * half_rot);
+
+  const auto& emb = model_->token_embd();
+  {
+    int64_t t = 0;
+    for (const auto& s : b.seqs)
+      for (auto id : s.tokens) {
+        dequantize_row(emb.type, static_cast<const uint8_t*>(emb.data) + static_cast<size_t>(id) * emb.row_stride,
+                       x_.data() + t * ne, ne);
+        ++t;
+      }
+  }
+  for (int64_t t = 0; t < T; ++t)
+    rope_table(tok_pos[static_cast<size_t>(t)], hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale,
+               rope_cos_.data() + t * half_rot, rope_sin_.data() + t * half_rot);
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int group = hp.n_head / hp.n_head_kv;
+  size_t max_ctx = 0;
+  for (const auto& s : b.seqs) max_ctx = std::max(max_ctx, static_cast<size_t>(s.n_past) + s.tokens.size());
+  for (auto& sc : attn_scratch_) grow(sc, max_ctx * static_cast<size_t>(group));
+
+  for (int il = 0; il < hp.n_layer; ++il) {
+    const auto& L = model_->layers()[static_cast<size_t>(il)];
+    const kv_layer_view kv = layer_view(il);
+
+    for (int64_t t = 0; t < T; ++t) rms_norm(x_.data() + t * ne, L.attn_norm, xn_.data() + t * ne, ne, hp.rms_eps);
+    matmul(L.wq, xn_.data(), T, q_.data(), pool_);
+    matmul(L.wk, xn_.data(), T, k_.data(), pool_);
+    matmul(L.wv, xn_.data(), T, v_.data(), pool_);
+    if (hp.qkv_bias) {
+      for (int64_t t = 0; t < T; ++t) {
+        add_inplace(q_.data() + t * nq, L.bq, nq);
+        add_inplace(k_.data() + t * nkv, L.bk, nkv);
+        add_inplace(v_.data() + t * nkv, L.bv, nkv);
+      }
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      apply_rope(q_.data() + t * nq, hp.n_head, hd, hp.n_rot, hp.rope, rope_cos_.data() + t * half_rot,
+                 rope_sin_.data() + t * half_rot);
+      apply_rope(k_.data() + t * nkv, hp.n_head_kv, hd, hp.n_rot, hp.rope, rope_cos_.data() + t * half_rot,
+                 rope_sin_.data() + t * half_rot);
+      const auto& s = b.seqs[static_cast<size_t>(tok_seq[static_cast<size_t>(t)])];
+      kv_store(kv, s.block_table.data(), tok_pos[static_cast<size_t>(t)], k_.data() + t * nkv, v_.data() + t * nkv);
+    }
+
+    // Attention: one task per (token, kv head); each reads only its own sequence's blocks.
+    const int64_t n_tasks = T * hp.n_head_kv;
+    pool_.run([&](int ith, int nth) {
+      float* scratch = attn_scratch_[static_cast<size_t>(ith)].data();
+      for (int64_t task = ith; task < n_tasks; task += nth) {
+        const int64_t t = task / hp.n_head_kv;
+        const int g = static_cast<int>(task % hp.n_head_kv);
+        const auto& s = b.seqs[static_cast<size_t>(tok_seq[static_cast<size_t>(t)])];
+        paged_attention_group(q_.data() + t * nq, kv, s.block_table.data(), tok_pos[static_cast<size_t>(t)] + 1, g,
+                              group, scale, att_.data() + t * nq, scratch);
+      }
+    });
+
+    matmul(L.wo, att_.data(), T, tmp_.data(), pool_);
+    add_inplace(x_.data(), tmp_.data(), T * ne);
+
+    for (int64_t t = 0; t < T; ++t) rms_norm(x_.data() + t * ne, L.ffn_norm, xn_.data() + t * ne, ne, hp.rms_eps);
+    matmul(L.w_gate, xn_.data(), T, gate_.data(), pool_);
+    matmul(L.w_up, xn_.data(), T, up_.data(), pool_);
+    pool_.parallel_for(T, [&](int64_t b0, int64_t b1) {
+      silu_mul(gate_.data() + b0 * nff, up_.data() + b0 * nff, (b1 - b0) * nff);
+    });
+    matmul(L.w_down, gate_.data(), T, tmp_.data(), pool_);
+    add_inplace(x_.data(), tmp_.data(), T * ne);
+  }
+
+  // Output head only for the rows whose logits are wanted (the last token of each sequence).
+  const auto n_out = static_cast<int64_t>(logit_rows.size());
+  if (n_out == 0) return out;
+  grow(out_rows_, n_out * ne);
+  for (int64_t r = 0; r < n_out; ++r)
+    rms_norm(x_.data() + logit_rows[static_cast<size_t>(r)] * ne, model_->output_norm(), out_rows_.data() + r * ne, ne,
+             hp.rms_eps);
+  out.data.resize(static_cast<size_t>(n_out) * hp.n_vocab);
+  matmul(model_->output(), out_rows_.data(), n_out, out.data.data(), pool_);
+  return out;
+}
+
+}  // namespace troupe::model

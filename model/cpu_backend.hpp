@@ -1,0 +1,43 @@
+#pragma once
+// The CPU backend: Troupe's reference and the default without a GPU. Real math on the real
+// (quantized) weights, paged fp16 KV memory allocated once, batched steps in which each weight
+// matrix is read once for all tokens.
+#include <memory>
+#include <vector>
+
+#include "model/backend.hpp"
+#include "model/paged_attention.hpp"
+#include "model/thread_pool.hpp"
+
+namespace troupe::model {
+
+class cpu_backend final : public backend {
+ public:
+  static result<std::unique_ptr<backend>> create(std::shared_ptr<llama_model> m, const backend_options& o);
+
+  std::string name() const override { return "cpu"; }
+  const hparams& params() const override { return model_->params(); }
+  int32_t n_blocks() const override { return n_blocks_; }
+  int32_t block_size() const override { return block_size_; }
+  size_t kv_bytes_per_token() const override;
+  result<batch_logits> forward(const batch& b) override;
+
+  thread_pool& pool() { return pool_; }
+
+ private:
+  cpu_backend(std::shared_ptr<llama_model> m, const backend_options& o, int32_t n_blocks);
+  status validate(const batch& b) const;
+  kv_layer_view layer_view(int layer);
+
+  std::shared_ptr<llama_model> model_;
+  thread_pool pool_;
+  int32_t block_size_;
+  int32_t n_blocks_;
+  std::vector<uint16_t> k_cache_, v_cache_;  // [layer][block][kv_head][slot][head_dim] fp16
+
+  // Step scratch, grown on demand and reused.
+  std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, rope_cos_, rope_sin_, out_rows_;
+  std::vector<std::vector<float>> attn_scratch_;
+};
+
+}  // namespace troupe::model

@@ -1,0 +1,25 @@
+#pragma once
+// Element-wise pieces of the transformer block on the CPU (norms, RoPE, activations).
+#include <cstdint>
+
+#include "model/architecture.hpp"
+
+namespace troupe::model {
+
+// y = x / rms(x) * w, for one row of n.
+void rms_norm(const float* x, const float* w, float* y, int n, float eps);
+
+// Rotates the first n_rot dims of each of n_heads heads of size head_dim in place, using the
+// cos/sin table of this token's position (n_rot / 2 entries each).
+void apply_rope(float* x, int n_heads, int head_dim, int n_rot, rope_style style, const float* cos_t,
+                const float* sin_t);
+
+// Fills cos/sin tables for a position: theta_i = pos * freq_scale * base^(-2i / n_rot).
+void rope_table(int32_t pos, int n_rot, float base, float freq_scale, float* cos_t, float* sin_t);
+
+// gate[i] = silu(gate[i]) * up[i]
+void silu_mul(float* gate, const float* up, int64_t n);
+
+void add_inplace(float* y, const float* x, int64_t n);
+
+}  // namespace troupe::model

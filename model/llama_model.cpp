@@ -1,0 +1,180 @@
+#include "model/llama_model.hpp"
+
+#include <cmath>
+
+namespace troupe::model {
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+std::string dims_str(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+class tensor_loader {
+ public:
+  explicit tensor_loader(const gguf_file& f) : f_(f) {}
+  const std::string& error() const { return error_; }
+  bool failed() const { return !error_.empty(); }
+
+  // A matrix of n_out rows of n_in elements; any supported type.
+  weight_view matrix(const std::string& name, int64_t n_in, int64_t n_out, bool required = true) {
+    weight_view w;
+    const auto* t = lookup(name, required);
+    if (!t) return w;
+    if (t->dims.size() != 2 || t->dims[0] != n_in || t->dims[1] != n_out) {
+      fail("tensor '" + name + "' has shape " + dims_str(t->dims) + ", expected [" +
+           std::to_string(n_in) + ", " + std::to_string(n_out) + "]");
+      return w;
+    }
+    w.type = t->type;
+    w.data = t->data;
+    w.n_in = n_in;
+    w.n_out = n_out;
+    w.row_stride = row_bytes(t->type, n_in);
+    return w;
+  }
+
+  // A vector of n floats (norm weights, biases): F32 only, as llama.cpp writes them.
+  const float* vec(const std::string& name, int64_t n, bool required = true) {
+    const auto* t = lookup(name, required);
+    if (!t) return nullptr;
+    if (t->elements() != n) {
+      fail("tensor '" + name + "' has shape " + dims_str(t->dims) + ", expected [" + std::to_string(n) + "]");
+      return nullptr;
+    }
+    if (t->type != ggml_type::f32) {
+      fail("tensor '" + name + "' has type " + type_name(static_cast<uint32_t>(t->type)) + ", expected F32");
+      return nullptr;
+    }
+    if (reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0) {
+      fail("tensor '" + name + "' data is misaligned");
+      return nullptr;
+    }
+    return reinterpret_cast<const float*>(t->data);
+  }
+
+  bool has(const std::string& name) const { return f_.tensor(name) != nullptr; }
+
+ private:
+  const gguf_tensor* lookup(const std::string& name, bool required) {
+    if (failed()) return nullptr;
+    const auto* t = f_.tensor(name);
+    if (!t && required) fail("missing tensor '" + name + "'");
+    return t;
+  }
+  void fail(std::string msg) {
+    if (error_.empty()) error_ = std::move(msg);
+  }
+  const gguf_file& f_;
+  std::string error_;
+};
+
+result<int64_t> positive(const gguf_file& f, const std::string& key) {
+  auto v = f.get_int(key);
+  if (!v) return v;
+  if (v.value() <= 0 || v.value() > (int64_t{1} << 24))
+    return make_error("metadata key '" + key + "' has invalid value " + std::to_string(v.value()));
+  return v;
+}
+
+}  // namespace
+
+result<std::shared_ptr<llama_model>> llama_model::load(const std::string& path) {
+  auto f = gguf_file::open(path);
+  if (!f) return make_error(f.error());
+  return load(f.value());
+}
+
+result<std::shared_ptr<llama_model>> llama_model::load(std::shared_ptr<gguf_file> file) {
+  auto m = std::make_shared<llama_model>();
+  m->file_ = file;
+  const gguf_file& f = *file;
+  auto& hp = m->hp_;
+
+  auto arch = f.get_string("general.architecture");
+  if (!arch) return make_error(f.path() + ": " + arch.error());
+  hp.arch = arch.value();
+  const auto* a = find_architecture(hp.arch);
+  if (!a)
+    return make_error(f.path() + ": unsupported architecture '" + hp.arch + "' (supported: " +
+                      join(architecture_names()) + ")");
+  hp.rope = a->rope;
+  hp.qkv_bias = a->qkv_bias;
+  hp.name = f.get_string_or("general.name", hp.arch);
+  const std::string p = hp.arch + ".";
+
+  for (auto [key, dst] : {std::pair<const char*, int*>{"embedding_length", &hp.n_embd},
+                          {"block_count", &hp.n_layer},
+                          {"attention.head_count", &hp.n_head},
+                          {"feed_forward_length", &hp.n_ff},
+                          {"context_length", &hp.n_ctx_train}}) {
+    auto v = positive(f, p + key);
+    if (!v) return make_error(f.path() + ": " + v.error());
+    *dst = static_cast<int>(v.value());
+  }
+  hp.n_head_kv = static_cast<int>(f.get_int_or(p + "attention.head_count_kv", hp.n_head));
+  if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
+    return make_error(f.path() + ": attention.head_count_kv (" + std::to_string(hp.n_head_kv) +
+                      ") must divide attention.head_count (" + std::to_string(hp.n_head) + ")");
+  if (hp.n_embd % hp.n_head != 0)
+    return make_error(f.path() + ": embedding_length is not a multiple of attention.head_count");
+  hp.head_dim = static_cast<int>(f.get_int_or(p + "attention.key_length", hp.n_embd / hp.n_head));
+  hp.n_rot = static_cast<int>(f.get_int_or(p + "rope.dimension_count", hp.head_dim));
+  if (hp.head_dim % 2 != 0 || hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
+    return make_error(f.path() + ": unsupported head size " + std::to_string(hp.head_dim) +
+                      " / rope.dimension_count " + std::to_string(hp.n_rot));
+  hp.rope_freq_base = static_cast<float>(f.get_float_or(p + "rope.freq_base", 10000.0));
+  hp.rope_freq_scale = static_cast<float>(1.0 / f.get_float_or(p + "rope.scale_linear", 1.0));
+  hp.rms_eps = static_cast<float>(f.get_float_or(p + "attention.layer_norm_rms_epsilon", 1e-5));
+  if (!(hp.rms_eps > 0.0f) || !(hp.rope_freq_base > 0.0f))
+    return make_error(f.path() + ": invalid rms epsilon or rope base in metadata");
+
+  tensor_loader tl(f);
+  const auto* emb = f.tensor("token_embd.weight");
+  if (!emb) return make_error(f.path() + ": missing tensor 'token_embd.weight'");
+  if (emb->dims.size() != 2) return make_error(f.path() + ": tensor 'token_embd.weight' must be 2-D");
+  hp.n_vocab = static_cast<int>(emb->dims[1]);
+  m->tok_embd_ = tl.matrix("token_embd.weight", hp.n_embd, hp.n_vocab);
+  m->output_norm_ = tl.vec("output_norm.weight", hp.n_embd);
+  hp.tied_output = !tl.has("output.weight");
+  m->output_ = hp.tied_output ? m->tok_embd_ : tl.matrix("output.weight", hp.n_embd, hp.n_vocab);
+
+  const int q = hp.n_q_dim(), kv = hp.n_kv_dim();
+  m->layers_.resize(static_cast<size_t>(hp.n_layer));
+  for (int i = 0; i < hp.n_layer && !tl.failed(); ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    auto& L = m->layers_[static_cast<size_t>(i)];
+    L.attn_norm = tl.vec(b + "attn_norm.weight", hp.n_embd);
+    L.wq = tl.matrix(b + "attn_q.weight", hp.n_embd, q);
+    L.wk = tl.matrix(b + "attn_k.weight", hp.n_embd, kv);
+    L.wv = tl.matrix(b + "attn_v.weight", hp.n_embd, kv);
+    L.wo = tl.matrix(b + "attn_output.weight", q, hp.n_embd);
+    if (hp.qkv_bias) {
+      L.bq = tl.vec(b + "attn_q.bias", q);
+      L.bk = tl.vec(b + "attn_k.bias", kv);
+      L.bv = tl.vec(b + "attn_v.bias", kv);
+    }
+    L.ffn_norm = tl.vec(b + "ffn_norm.weight", hp.n_embd);
+    L.w_gate = tl.matrix(b + "ffn_gate.weight", hp.n_embd, hp.n_ff);
+    L.w_up = tl.matrix(b + "ffn_up.weight", hp.n_embd, hp.n_ff);
+    L.w_down = tl.matrix(b + "ffn_down.weight", hp.n_ff, hp.n_embd);
+  }
+  if (tl.failed()) return make_error(f.path() + ": " + tl.error());
+  return m;
+}
+
+size_t llama_model::weight_bytes() const {
+  size_t n = 0;
+  for (const auto& t : file_->tensors()) n += t.bytes;
+  return n;
+}
+
+}  // namespace troupe::model

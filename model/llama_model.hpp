@@ -1,0 +1,72 @@
+#pragma once
+// A Llama-family model loaded from GGUF: hyper-parameters from metadata and weight views into
+// the memory-mapped file (no copies of the weights).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/architecture.hpp"
+#include "model/gguf_reader.hpp"
+#include "model/matmul.hpp"
+#include "model/result.hpp"
+
+namespace troupe::model {
+
+struct hparams {
+  std::string arch;
+  std::string name;             // general.name, for messages
+  int n_vocab = 0;
+  int n_ctx_train = 0;          // the context the model was trained for
+  int n_embd = 0;
+  int n_layer = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  int n_ff = 0;
+  int n_rot = 0;                // dimensions RoPE rotates (usually head_dim)
+  float rope_freq_base = 10000.0f;
+  float rope_freq_scale = 1.0f;
+  float rms_eps = 1e-5f;
+  rope_style rope = rope_style::normal;
+  bool qkv_bias = false;
+  bool tied_output = false;     // output head shares token_embd
+  int n_kv_dim() const { return n_head_kv * head_dim; }
+  int n_q_dim() const { return n_head * head_dim; }
+};
+
+struct layer_weights {
+  const float* attn_norm = nullptr;
+  weight_view wq, wk, wv, wo;
+  const float* bq = nullptr;
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  const float* ffn_norm = nullptr;
+  weight_view w_gate, w_up, w_down;
+};
+
+class llama_model {
+ public:
+  // Reads hyper-parameters and checks every tensor's presence, type and shape; an error names
+  // the key or tensor at fault.
+  static result<std::shared_ptr<llama_model>> load(std::shared_ptr<gguf_file> file);
+  static result<std::shared_ptr<llama_model>> load(const std::string& path);
+
+  const hparams& params() const { return hp_; }
+  const gguf_file& file() const { return *file_; }
+  std::shared_ptr<gguf_file> file_ptr() const { return file_; }
+  const weight_view& token_embd() const { return tok_embd_; }
+  const weight_view& output() const { return output_; }
+  const float* output_norm() const { return output_norm_; }
+  const std::vector<layer_weights>& layers() const { return layers_; }
+  size_t weight_bytes() const;
+
+ private:
+  std::shared_ptr<gguf_file> file_;
+  hparams hp_;
+  weight_view tok_embd_;
+  weight_view output_;
+  const float* output_norm_ = nullptr;
+  std::vector<layer_weights> layers_;
+};
+
+}  // namespace troupe::model
