@@ -38,6 +38,7 @@ struct backend_options {
   int n_threads = 0;                  // 0: all cores
   int32_t block_size = 16;            // tokens per KV block
   int64_t kv_bytes = 256ll << 20;     // KV memory budget, allocated once at start
+  bool kv_f32 = false;                // K/V in f32 instead of fp16 (twice the memory; bit-closer to f32 references)
 };
 
 class backend {

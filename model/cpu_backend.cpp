@@ -24,7 +24,7 @@ void grow(std::vector<T>& v, size_t n) {
 result<std::unique_ptr<backend>> cpu_backend::create(std::shared_ptr<llama_model> m, const backend_options& o) {
   if (o.block_size <= 0 || o.block_size > 1024) return make_error("kv block size must be in 1..1024");
   const auto& hp = m->params();
-  const size_t per_block = static_cast<size_t>(o.block_size) * hp.n_kv_dim() * hp.n_layer * 2 * sizeof(uint16_t);
+  const size_t per_block = static_cast<size_t>(o.block_size) * hp.n_kv_dim() * hp.n_layer * 2 * (o.kv_f32 ? 4 : 2);
   const auto n_blocks = static_cast<int64_t>(static_cast<size_t>(o.kv_bytes) / per_block);
   if (n_blocks < 1)
     return make_error("kv memory budget of " + std::to_string(o.kv_bytes) + " bytes holds no block of " +
@@ -34,9 +34,13 @@ result<std::unique_ptr<backend>> cpu_backend::create(std::shared_ptr<llama_model
 }
 
 cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& o, int32_t n_blocks)
-    : model_(std::move(m)), pool_(o.n_threads), block_size_(o.block_size), n_blocks_(n_blocks) {
+    : model_(std::move(m)),
+      pool_(o.n_threads),
+      block_size_(o.block_size),
+      n_blocks_(n_blocks),
+      kv_type_(o.kv_f32 ? kv_dtype::f32 : kv_dtype::f16) {
   const auto& hp = model_->params();
-  const size_t n = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_kv_dim() * hp.n_layer;
+  const size_t n = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_kv_dim() * hp.n_layer * (o.kv_f32 ? 4 : 2);
   k_cache_.assign(n, 0);
   v_cache_.assign(n, 0);
   attn_scratch_.resize(static_cast<size_t>(pool_.size()));
@@ -44,15 +48,16 @@ cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& 
 
 size_t cpu_backend::kv_bytes_per_token() const {
   const auto& hp = model_->params();
-  return static_cast<size_t>(hp.n_kv_dim()) * hp.n_layer * 2 * sizeof(uint16_t);
+  return static_cast<size_t>(hp.n_kv_dim()) * hp.n_layer * 2 * (kv_type_ == kv_dtype::f32 ? 4 : 2);
 }
 
 kv_layer_view cpu_backend::layer_view(int layer) {
   const auto& hp = model_->params();
-  const size_t per_layer = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_kv_dim();
   kv_layer_view v;
-  v.k = k_cache_.data() + per_layer * layer;
-  v.v = v_cache_.data() + per_layer * layer;
+  v.dtype = kv_type_;
+  const size_t per_layer = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_kv_dim() * v.elem_size();
+  v.k = k_cache_.data() + per_layer * static_cast<size_t>(layer);
+  v.v = v_cache_.data() + per_layer * static_cast<size_t>(layer);
   v.n_kv_heads = hp.n_head_kv;
   v.head_dim = hp.head_dim;
   v.block_size = block_size_;

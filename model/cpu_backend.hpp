@@ -33,7 +33,8 @@ class cpu_backend final : public backend {
   thread_pool pool_;
   int32_t block_size_;
   int32_t n_blocks_;
-  std::vector<uint16_t> k_cache_, v_cache_;  // [layer][block][kv_head][slot][head_dim] fp16
+  kv_dtype kv_type_;
+  std::vector<uint8_t> k_cache_, v_cache_;  // [layer][block][kv_head][slot][head_dim] of kv_type_
 
   // Step scratch, grown on demand and reused.
   std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, rope_cos_, rope_sin_, out_rows_;

@@ -1,22 +1,24 @@
 #pragma once
-// Attention of one query token against its sequence's paged KV memory (fp16 K and V stored per
-// block as [kv_head][slot][head_dim]); a sequence reads only its own blocks.
+// Attention of one query token against its sequence's paged KV memory (K and V stored per block
+// as [kv_head][slot][head_dim], in fp16 or f32); a sequence reads only its own blocks.
+#include <cstddef>
 #include <cstdint>
 
 namespace troupe::model {
 
+enum class kv_dtype { f16, f32 };
+
 struct kv_layer_view {
-  uint16_t* k = nullptr;       // this layer's K blocks
-  uint16_t* v = nullptr;       // this layer's V blocks
+  void* k = nullptr;           // this layer's K blocks
+  void* v = nullptr;           // this layer's V blocks
+  kv_dtype dtype = kv_dtype::f16;
   int n_kv_heads = 0;
   int head_dim = 0;
   int block_size = 0;
+  size_t elem_size() const { return dtype == kv_dtype::f16 ? 2 : 4; }
   int64_t block_stride() const { return static_cast<int64_t>(n_kv_heads) * block_size * head_dim; }
-  uint16_t* k_at(int32_t block, int kv_head, int slot) const {
-    return k + block * block_stride() + (static_cast<int64_t>(kv_head) * block_size + slot) * head_dim;
-  }
-  uint16_t* v_at(int32_t block, int kv_head, int slot) const {
-    return v + block * block_stride() + (static_cast<int64_t>(kv_head) * block_size + slot) * head_dim;
+  int64_t offset(int32_t block, int kv_head, int slot) const {
+    return block * block_stride() + (static_cast<int64_t>(kv_head) * block_size + slot) * head_dim;
   }
 };
 

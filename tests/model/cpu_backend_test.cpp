@@ -136,13 +136,14 @@ float max_abs_diff(const float* a, const float* b, size_t n) {
 struct fixture {
   std::shared_ptr<llama_model> model;
   std::unique_ptr<backend> be;
-  explicit fixture(const test::synthetic_options& o, int threads = 2) {
+  explicit fixture(const test::synthetic_options& o, int threads = 2, bool kv_f32 = false) {
     auto m = llama_model::load(test::make_synthetic_file(o));
     if (!m) throw std::runtime_error(m.error());
     model = m.value();
     backend_options bo;
     bo.n_threads = threads;
     bo.kv_bytes = 8ll << 20;
+    bo.kv_f32 = kv_f32;
     auto b = make_backend("cpu", model, bo);
     if (!b) throw std::runtime_error(b.error());
     be = std::move(b.value());
@@ -183,6 +184,16 @@ TEST(CpuBackend, F32MatchesFloatReference) {
   auto ref = reference_logits(*f.model, toks);
   auto got = f.run(toks, 64, table_of(4));
   EXPECT_LT(max_abs_diff(ref.data(), got.data(), ref.size()), 2e-2f);
+}
+
+// With f32 K/V and f32 weights nothing is rounded below float: agreement to float accuracy.
+TEST(CpuBackend, F32KvMatchesFloatReferenceTightly) {
+  test::synthetic_options o;
+  fixture f(o, 2, /*kv_f32=*/true);
+  auto toks = random_tokens(37, f.model->params().n_vocab, 1);
+  auto ref = reference_logits(*f.model, toks);
+  auto got = f.run(toks, 9, {3, 1, 0, 2});
+  EXPECT_LT(max_abs_diff(ref.data(), got.data(), ref.size()), 1e-3f);
 }
 
 TEST(CpuBackend, Qwen2BiasesAndNeoxRopeMatchReference) {
