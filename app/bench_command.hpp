@@ -1,0 +1,16 @@
+#pragma once
+// `troupe bench <name>`: benchmarks register under the bench command the same way top-level
+// commands do (one file each: cmd_bench_engine.cpp, cmd_bench_serve.cpp, ...).
+#include "app/command.hpp"
+
+namespace troupe::app {
+
+std::vector<command_entry>& bench_registry();
+
+struct register_bench {
+  register_bench(std::string name, std::string description, command_setup setup) {
+    bench_registry().push_back({std::move(name), std::move(description), std::move(setup)});
+  }
+};
+
+}  // namespace troupe::app

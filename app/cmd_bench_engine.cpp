@@ -1,0 +1,251 @@
+// `troupe bench engine`: prefill, single-sequence decode and batched decode throughput of the
+// CPU backend, with llama.cpp's llama-bench and llama-batched-bench run on the same file with
+// the same thread count in the same run, and the ratios between them.
+#include <CLI/CLI.hpp>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/bench_command.hpp"
+#include "model/batch_generator.hpp"
+#include "model/loaded_model.hpp"
+#include "model/matmul.hpp"
+
+namespace {
+
+using namespace troupe::model;
+
+struct bench_options {
+  std::string model = default_model_path();
+  std::string llama_bin = ".cache/llama.cpp/build/bin";
+  int threads = 0;
+  int prefill_tokens = 512;
+  int decode_tokens = 128;
+  int batch_prompt = 128;
+  int batch_gen = 128;
+  std::vector<int> batches = {1, 4, 16, 64};
+  int repeats = 3;
+  bool skip_llama = false;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::vector<int32_t> random_prompt(int n, int n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  // Ids from the lower part of the vocabulary: ordinary text tokens, no control tokens.
+  for (auto& x : t) x = static_cast<int32_t>(100 + rng() % static_cast<uint32_t>(std::min(n_vocab - 100, 30000)));
+  return t;
+}
+
+long peak_rss_kib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+std::string run_capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+struct llama_figures {
+  double pp = 0, tg = 0;                 // llama-bench pp512 / tg128
+  std::vector<std::pair<int, double>> batched;  // B → aggregate decode tokens/s
+  std::string note;
+};
+
+llama_figures run_llama(const bench_options& o, int threads) {
+  llama_figures f;
+  const std::string env = "LD_LIBRARY_PATH='" + o.llama_bin + "' ";
+  const std::string bench = o.llama_bin + "/llama-bench";
+  if (o.skip_llama) {
+    f.note = "llama.cpp skipped (--skip-llama)";
+    return f;
+  }
+  if (FILE* x = fopen(bench.c_str(), "r")) {
+    fclose(x);
+  } else {
+    f.note = "llama.cpp not built: run scripts/build-llama-cpp.sh to compare";
+    return f;
+  }
+  std::fprintf(stderr, "running llama-bench (pp%d, tg%d, %d threads) ...\n", o.prefill_tokens, o.decode_tokens, threads);
+  auto out = run_capture(env + bench + " -m '" + o.model + "' -t " + std::to_string(threads) + " -p " +
+                         std::to_string(o.prefill_tokens) + " -n " + std::to_string(o.decode_tokens) +
+                         " -r " + std::to_string(o.repeats) + " -o csv 2>/dev/null");
+  // CSV rows end with ...,n_prompt,n_gen,...,avg_ts,stddev_ts; find the header to index columns.
+  std::istringstream ss(out);
+  std::string line, header;
+  auto split = [](const std::string& s) {
+    std::vector<std::string> v;
+    std::string cur;
+    bool q = false;
+    for (char c : s) {
+      if (c == '"') q = !q;
+      else if (c == ',' && !q) { v.push_back(cur); cur.clear(); }
+      else cur += c;
+    }
+    v.push_back(cur);
+    return v;
+  };
+  std::vector<std::string> cols;
+  while (std::getline(ss, line)) {
+    auto v = split(line);
+    if (cols.empty()) {
+      if (std::find(v.begin(), v.end(), "avg_ts") != v.end()) cols = v;
+      continue;
+    }
+    auto col = [&](const char* name) -> std::string {
+      auto it = std::find(cols.begin(), cols.end(), name);
+      size_t i = static_cast<size_t>(it - cols.begin());
+      return it == cols.end() || i >= v.size() ? "" : v[i];
+    };
+    if (col("n_prompt") == std::to_string(o.prefill_tokens) && col("n_gen") == "0") f.pp = std::atof(col("avg_ts").c_str());
+    if (col("n_gen") == std::to_string(o.decode_tokens) && col("n_prompt") == "0") f.tg = std::atof(col("avg_ts").c_str());
+  }
+
+  std::string npl;
+  for (int b : o.batches) npl += (npl.empty() ? "" : ",") + std::to_string(b);
+  const int ctx = (o.batch_prompt + o.batch_gen) * std::max(1, *std::max_element(o.batches.begin(), o.batches.end())) + 256;
+  std::fprintf(stderr, "running llama-batched-bench (%d prompt + %d generated, B = %s) ...\n", o.batch_prompt, o.batch_gen,
+               npl.c_str());
+  out = run_capture(env + o.llama_bin + "/llama-batched-bench -m '" + o.model + "' -t " + std::to_string(threads) +
+                    " -tb " + std::to_string(threads) + " -c " + std::to_string(ctx) + " -b 2048 -ub 512 -npp " +
+                    std::to_string(o.batch_prompt) + " -ntg " + std::to_string(o.batch_gen) + " -npl " + npl + " 2>/dev/null");
+  // Table rows: |  PP |  TG |  B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
+  std::regex row(R"(^\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|)");
+  std::istringstream bs(out);
+  while (std::getline(bs, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, row)) f.batched.emplace_back(std::stoi(m[3]), std::stod(m[8]));
+  }
+  if (f.pp == 0 || f.tg == 0 || f.batched.empty()) f.note = "could not read some llama.cpp figures";
+  return f;
+}
+
+int run_bench_engine(const bench_options& o) {
+  auto lm = loaded_model::load(o.model);
+  if (!lm) {
+    std::fprintf(stderr, "troupe bench engine: %s\n", lm.error().c_str());
+    return 1;
+  }
+  const auto& hp = lm.value()->weights->params();
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int max_b = *std::max_element(o.batches.begin(), o.batches.end());
+  backend_options bo;
+  bo.n_threads = threads;
+  bo.kv_bytes = static_cast<int64_t>(max_b) * (o.batch_prompt + o.batch_gen + 32) * hp.n_kv_dim() * hp.n_layer * 2 * 2 +
+                (64ll << 20);
+  auto be = make_backend("cpu", lm.value()->weights, bo);
+  if (!be) {
+    std::fprintf(stderr, "troupe bench engine: %s\n", be.error().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "model %s: %d layers, %d embd, %d vocab; %d threads; matmul path %s\n", lm.value()->id.c_str(),
+               hp.n_layer, hp.n_embd, hp.n_vocab, threads, matmul_isa());
+
+  // Prefill: one prompt of prefill_tokens, in one step.
+  std::vector<double> pp;
+  for (int r = 0; r < o.repeats; ++r) {
+    batch_generator gen(*be.value(), o.prefill_tokens);
+    generation_request req;
+    req.prompt = random_prompt(o.prefill_tokens, hp.n_vocab, 1 + static_cast<uint32_t>(r));
+    req.max_tokens = 1;
+    generation_stats st;
+    gen.run({req}, &st);
+    pp.push_back(st.prompt_tokens / st.prefill_seconds);
+    std::fprintf(stderr, "  prefill run %d: %.1f tokens/s\n", r + 1, pp.back());
+  }
+  // Single-sequence decode: a short prompt, then decode_tokens generated.
+  std::vector<double> tg;
+  for (int r = 0; r < o.repeats; ++r) {
+    batch_generator gen(*be.value(), 512);
+    generation_request req;
+    req.prompt = random_prompt(16, hp.n_vocab, 100 + static_cast<uint32_t>(r));
+    req.max_tokens = o.decode_tokens + 1;
+    generation_stats st;
+    gen.run({req}, &st);
+    tg.push_back(static_cast<double>(st.decode_steps) / st.decode_seconds);
+    std::fprintf(stderr, "  decode run %d: %.1f tokens/s\n", r + 1, tg.back());
+  }
+  // Batched decode: B sequences of batch_prompt + batch_gen tokens, decoding together.
+  std::vector<std::pair<int, double>> agg;
+  kv_usage peak;
+  for (int b : o.batches) {
+    batch_generator gen(*be.value(), 2048);
+    std::vector<generation_request> reqs;
+    for (int i = 0; i < b; ++i) {
+      generation_request req;
+      req.prompt = random_prompt(o.batch_prompt, hp.n_vocab, 1000 + static_cast<uint32_t>(i));
+      req.max_tokens = o.batch_gen;
+      reqs.push_back(req);
+    }
+    generation_stats st;
+    gen.run(reqs, &st);
+    // The first token of each sequence comes from prefill; the decode phase makes the rest.
+    const double tps = static_cast<double>(st.generated_tokens - b) / st.decode_seconds;
+    agg.emplace_back(b, tps);
+    if (st.peak_kv.blocks_used > peak.blocks_used) peak = st.peak_kv;
+    std::fprintf(stderr, "  batch %d: %.1f tokens/s aggregate decode\n", b, tps);
+  }
+  const long rss = peak_rss_kib();
+  auto llama = run_llama(o, threads);
+
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  std::printf("\n## troupe bench engine — %s, %d threads, matmul path %s\n\n", lm.value()->id.c_str(), threads, matmul_isa());
+  std::printf("| test | troupe tokens/s | llama.cpp tokens/s | troupe / llama.cpp |\n|---|---|---|---|\n");
+  std::printf("| prefill pp%d | %.1f | %.1f | %.2f |\n", o.prefill_tokens, median(pp), llama.pp, ratio(median(pp), llama.pp));
+  std::printf("| decode tg%d (1 sequence) | %.1f | %.1f | %.2f |\n", o.decode_tokens, median(tg), llama.tg,
+              ratio(median(tg), llama.tg));
+  double b1 = 0;
+  for (auto [b, tps] : agg) {
+    if (b == 1) b1 = tps;
+    double l = 0;
+    for (auto [lb, lt] : llama.batched)
+      if (lb == b) l = lt;
+    std::printf("| aggregate decode B=%d (%d+%d) | %.1f | %.1f | %.2f |\n", b, o.batch_prompt, o.batch_gen, tps, l, ratio(tps, l));
+  }
+  for (auto [b, tps] : agg)
+    if (b != 1 && b1 > 0) std::printf("\nbatch %d vs troupe batch 1: %.2fx", b, tps / b1);
+  std::printf("\n\npeak RSS: %.1f MiB; KV bytes per token: %zu (fp16 K and V, %d layers x %d dims); peak KV blocks used: %d of %d (%d tokens/block, %lld slots wasted)\n",
+              static_cast<double>(rss) / 1024.0, be.value()->kv_bytes_per_token(), hp.n_layer, hp.n_kv_dim(), peak.blocks_used,
+              peak.blocks_total, be.value()->block_size(), static_cast<long long>(peak.slots_wasted));
+  if (!llama.note.empty()) std::printf("note: %s\n", llama.note.c_str());
+  return 0;
+}
+
+troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, batched decode) against llama.cpp",
+                                 [](CLI::App& sub) {
+                                   auto o = std::make_shared<bench_options>();
+                                   sub.add_option("--model,-m", o->model, "GGUF model file")->capture_default_str();
+                                   sub.add_option("--threads", o->threads, "Threads (0 = all cores)");
+                                   sub.add_option("--llama-bin", o->llama_bin, "Folder with llama-bench and llama-batched-bench")
+                                       ->capture_default_str();
+                                   sub.add_option("--batches", o->batches, "Batch sizes for aggregate decode")->delimiter(',')->capture_default_str();
+                                   sub.add_option("--repeats", o->repeats, "Repetitions of the single-sequence tests")->capture_default_str();
+                                   sub.add_option("--prefill-tokens", o->prefill_tokens, "Prompt length for the prefill test")->capture_default_str();
+                                   sub.add_option("--decode-tokens", o->decode_tokens, "Tokens for the decode test")->capture_default_str();
+                                   sub.add_option("--batch-prompt", o->batch_prompt, "Prompt tokens per sequence in batched decode")->capture_default_str();
+                                   sub.add_option("--batch-gen", o->batch_gen, "Generated tokens per sequence in batched decode")->capture_default_str();
+                                   sub.add_flag("--skip-llama", o->skip_llama, "Do not run llama.cpp");
+                                   return [o]() { return run_bench_engine(*o); };
+                                 });
+
+}  // namespace

@@ -1,0 +1,292 @@
+#include "model/chat_template.hpp"
+
+#include <utility>
+
+#include "model/detail/tokenizer_utf8.hpp"
+#include "model/gguf_reader.hpp"
+
+namespace troupe::model {
+
+namespace {
+
+constexpr size_t npos = std::string_view::npos;
+
+bool contains(std::string_view s, std::string_view needle) { return s.find(needle) != npos; }
+
+// Python's str.isspace(), which Jinja's `trim` filter and str.strip() go by.
+bool py_space(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+// The code point starting at s[i] and its length; invalid bytes read as themselves, length 1.
+std::pair<uint32_t, size_t> code_point_at(std::string_view s, size_t i) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data()) + i;
+  const auto r = detail::scan_utf8(p, s.size() - i);
+  if (r.status != detail::utf8_status::complete || r.len == 1) return {p[0], 1};
+  uint32_t cp = p[0] & (0x7F >> r.len);
+  for (size_t k = 1; k < r.len; ++k) cp = (cp << 6) | (p[k] & 0x3F);
+  return {cp, r.len};
+}
+
+// Python's str.strip() with no arguments (Jinja's `trim`, and `.strip()` in templates).
+std::string py_strip(std::string_view s) {
+  size_t b = 0;
+  while (b < s.size()) {
+    auto [cp, n] = code_point_at(s, b);
+    if (!py_space(cp)) break;
+    b += n;
+  }
+  size_t e = b, last = b;  // `last`: end of the last non-space code point
+  while (e < s.size()) {
+    auto [cp, n] = code_point_at(s, e);
+    e += n;
+    if (!py_space(cp)) last = e;
+  }
+  return std::string(s.substr(b, last - b));
+}
+
+// A Jinja string literal's body back to text (\n, \t, \', \", \\).
+std::string unescape_jinja(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\' || i + 1 == s.size()) {
+      out += s[i];
+      continue;
+    }
+    const char c = s[++i];
+    out += c == 'n' ? '\n' : c == 't' ? '\t' : c;
+  }
+  return out;
+}
+
+// Text that is a plain literal, not Jinja code or the seam between literal and expression.
+bool is_plain_literal(std::string_view s) {
+  for (std::string_view code : {"{{", "}}", "{%", "%}", "' +", "+ '", "\" +", "+ \"", "'+", "+'",
+                                "\"+", "+\""})
+    if (contains(s, code)) return false;
+  return true;
+}
+
+// The line break after a literal prefix, spelled either as a real newline (templates stored
+// with their escapes resolved) or as the two characters of a Jinja "\n" escape.
+size_t skip_newline(std::string_view t, size_t pos) {
+  if (t.substr(pos, 1) == "\n") return pos + 1;
+  if (t.substr(pos, 2) == "\\n") return pos + 2;
+  return npos;
+}
+
+// The system prompt a ChatML template inserts when the conversation has none, as in SmolLM2's
+// '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, ...<|im_end|>\n'.
+std::string chatml_default_system(std::string_view t) {
+  const std::string_view head = "<|im_start|>system";
+  for (size_t pos = 0; (pos = t.find(head, pos)) != npos; pos += head.size()) {
+    const size_t body = skip_newline(t, pos + head.size());
+    if (body == npos) continue;
+    const size_t end = t.find("<|im_end|>", body);
+    if (end == npos) break;
+    const auto candidate = t.substr(body, end - body);
+    if (!candidate.empty() && is_plain_literal(candidate)) return unescape_jinja(candidate);
+  }
+  return {};
+}
+
+// The text after `key` up to the end of its line (real or escaped newline) or closing quote.
+std::string literal_after(std::string_view t, std::string_view key) {
+  const size_t pos = t.find(key);
+  if (pos == npos) return {};
+  const size_t b = pos + key.size();
+  size_t e = b;
+  while (e < t.size() && t[e] != '\n' && t[e] != '"' && t[e] != '\'' &&
+         !(t[e] == '\\' && e + 1 < t.size() && t[e + 1] == 'n'))
+    ++e;
+  return std::string(t.substr(b, e - b));
+}
+
+// Jinja templates that lack a system role get system text prepended to the next user turn
+// (llama.cpp's polyfill for them does the same), rather than failing the request.
+std::vector<chat_message> fold_system_into_user(const std::vector<chat_message>& in) {
+  std::vector<chat_message> out;
+  std::string pending;
+  bool has_pending = false;
+  for (const auto& m : in) {
+    if (m.role == "system") {
+      pending = has_pending ? pending + "\n" + m.content : m.content;
+      has_pending = true;
+      continue;
+    }
+    if (has_pending) {
+      if (m.role == "user") {
+        out.push_back({"user", pending + "\n" + m.content});
+        has_pending = false;
+        continue;
+      }
+      out.push_back({"user", pending});
+      has_pending = false;
+    }
+    out.push_back(m);
+  }
+  if (has_pending) out.push_back({"user", pending});
+  return out;
+}
+
+constexpr const char* k_alternate_error =
+    "Conversation roles must alternate user/assistant/user/assistant/...";
+
+}  // namespace
+
+const char* to_string(chat_family f) {
+  switch (f) {
+    case chat_family::chatml: return "chatml";
+    case chat_family::llama2: return "llama2";
+    case chat_family::llama3: return "llama3";
+    case chat_family::mistral: return "mistral";
+  }
+  return "unknown";
+}
+
+chat_template chat_template::detect(std::string_view t, std::string_view model_name,
+                                    std::string bos_text, std::string eos_text) {
+  chat_template c;
+  c.bos_ = std::move(bos_text);
+  c.eos_ = std::move(eos_text);
+  const std::string name = model_name.empty() ? std::string("(unnamed)") : std::string(model_name);
+  if (contains(t, "<|start_header_id|>")) {
+    c.family_ = chat_family::llama3;
+    if (contains(t, "Cutting Knowledge Date")) {
+      c.llama3_dated_preamble_ = true;
+      // Meta's template spells both dates as literals; these defaults are its values.
+      c.llama3_cutoff_ = literal_after(t, "Cutting Knowledge Date: ");
+      if (c.llama3_cutoff_.empty()) c.llama3_cutoff_ = "December 2023";
+      c.llama3_date_ = literal_after(t, "date_string = \"");
+      if (c.llama3_date_.empty()) c.llama3_date_ = "26 Jul 2024";
+    }
+  } else if (contains(t, "<|im_start|>")) {
+    c.family_ = chat_family::chatml;
+    c.default_system_ = chatml_default_system(t);
+  } else if (contains(t, "[INST]")) {
+    c.family_ = contains(t, "<<SYS>>") ? chat_family::llama2 : chat_family::mistral;
+  } else {
+    c.family_ = chat_family::chatml;
+    c.warning_ = "model '" + name + "' " +
+                 (t.empty() ? "has no chat template" : "has a chat template of an unknown family") +
+                 "; using ChatML";
+  }
+  return c;
+}
+
+chat_template chat_template::from_gguf(const gguf_file& f) {
+  std::string name = f.get_string_or("general.name", "");
+  if (name.empty()) {
+    name = f.path();
+    const size_t slash = name.find_last_of('/');
+    if (slash != std::string::npos) name.erase(0, slash + 1);
+  }
+  auto token_text = [&](const char* key) -> std::string {
+    const auto* tokens = f.find("tokenizer.ggml.tokens");
+    const int64_t id = f.get_int_or(key, -1);
+    if (!tokens || tokens->type != gguf_value_type::array ||
+        tokens->array_type != gguf_value_type::string || id < 0 ||
+        static_cast<uint64_t>(id) >= tokens->as_array().size())
+      return {};
+    return tokens->as_array()[static_cast<size_t>(id)].as_string();
+  };
+  return detect(f.get_string_or("tokenizer.chat_template", ""), name,
+                token_text("tokenizer.ggml.bos_token_id"), token_text("tokenizer.ggml.eos_token_id"));
+}
+
+result<std::string> chat_template::render(const std::vector<chat_message>& messages,
+                                          bool add_generation_prompt) const {
+  switch (family_) {
+    case chat_family::chatml: return render_chatml(messages, add_generation_prompt);
+    case chat_family::llama2: return render_llama2(messages);
+    case chat_family::llama3: return render_llama3(messages, add_generation_prompt);
+    case chat_family::mistral: return render_mistral(messages);
+  }
+  return make_error("unknown chat template family");
+}
+
+result<std::string> chat_template::render_chatml(const std::vector<chat_message>& m, bool gen) const {
+  std::string out;
+  for (size_t i = 0; i < m.size(); ++i) {
+    if (i == 0 && m[0].role != "system" && !default_system_.empty())
+      out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
+    out += "<|im_start|>" + m[i].role + "\n" + m[i].content + "<|im_end|>\n";
+  }
+  if (gen) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+// Meta's Llama 2 chat template: the system prompt goes inside the first [INST] block, each
+// user turn opens with bos, each assistant turn closes with eos; the generation prompt is
+// implicit (the prompt already ends in [/INST]).
+result<std::string> chat_template::render_llama2(const std::vector<chat_message>& m) const {
+  size_t first = 0;
+  bool has_system = false;
+  std::string system;
+  if (!m.empty() && m[0].role == "system") {
+    has_system = true;
+    system = m[0].content;
+    first = 1;
+  }
+  std::string out;
+  for (size_t i = first; i < m.size(); ++i) {
+    const size_t turn = i - first;
+    const bool user = m[i].role == "user";
+    if (user != (turn % 2 == 0)) return make_error(k_alternate_error);
+    std::string content = m[i].content;
+    if (turn == 0 && has_system) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+    if (user)
+      out += bos_ + "[INST] " + py_strip(content) + " [/INST]";
+    else if (m[i].role == "assistant")
+      out += " " + py_strip(content) + " " + eos_;
+  }
+  return out;
+}
+
+result<std::string> chat_template::render_llama3(const std::vector<chat_message>& m, bool gen) const {
+  auto turn = [](const chat_message& msg) {
+    return "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" + py_strip(msg.content) +
+           "<|eot_id|>";
+  };
+  std::string out;
+  if (llama3_dated_preamble_) {
+    // 3.1+: bos, then a system block that is always there, dated, carrying the system prompt.
+    size_t first = 0;
+    std::string system;
+    if (!m.empty() && m[0].role == "system") {
+      system = py_strip(m[0].content);
+      first = 1;
+    }
+    out += bos_;
+    out += "<|start_header_id|>system<|end_header_id|>\n\n";
+    out += "Cutting Knowledge Date: " + llama3_cutoff_ + "\nToday Date: " + llama3_date_ + "\n\n";
+    out += system + "<|eot_id|>";
+    for (size_t i = first; i < m.size(); ++i) out += turn(m[i]);
+  } else {
+    for (size_t i = 0; i < m.size(); ++i) out += (i == 0 ? bos_ : std::string()) + turn(m[i]);
+  }
+  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+// Mistral Instruct v0.1/v0.2: bos once, "[INST] user [/INST]" then "assistant</s>". The Jinja
+// template rejects system messages; they are folded into the next user turn instead.
+result<std::string> chat_template::render_mistral(const std::vector<chat_message>& in) const {
+  const auto m = fold_system_into_user(in);
+  std::string out = bos_;
+  for (size_t i = 0; i < m.size(); ++i) {
+    const bool user = m[i].role == "user";
+    if (user != (i % 2 == 0)) return make_error(k_alternate_error);
+    if (user)
+      out += "[INST] " + m[i].content + " [/INST]";
+    else if (m[i].role == "assistant")
+      out += m[i].content + eos_;
+    else
+      return make_error("Only user and assistant roles are supported!");
+  }
+  return out;
+}
+
+}  // namespace troupe::model
