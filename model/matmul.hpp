@@ -26,7 +26,9 @@ void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, threa
 // Same contract, scalar and unthreaded: the reference the tests compare against.
 void matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float* y);
 
-// Which SIMD path `matmul` uses on this CPU ("avx512vnni", "avx2", "scalar").
+// Which SIMD path `matmul` uses on this CPU ("avx512vnni", "avx2", "scalar"): the widest one the
+// CPU supports, unless the environment variable TROUPE_MATMUL_ISA names a narrower supported one
+// (read once, at the first matmul; for debugging and benchmarking the fallbacks).
 const char* matmul_isa();
 
 }  // namespace troupe::model

@@ -1,5 +1,6 @@
 #pragma once
 // A persistent pool of worker threads: created once, reused by every step (no threads per step).
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -20,7 +21,7 @@ class thread_pool {
   int size() const { return n_threads_; }
 
   // Runs fn(thread_index, n_threads) on every worker (the caller is worker 0) and returns
-  // when all are done. Not reentrant: one run at a time per pool.
+  // when all are done. Not reentrant: one run at a time per pool. fn must not throw.
   void run(const std::function<void(int ith, int nth)>& fn);
 
   // Splits [0, n) into contiguous chunks across the workers.
@@ -28,15 +29,23 @@ class thread_pool {
 
  private:
   void worker_loop(int ith);
+  bool wait_for_work(uint64_t seen);
+  void wait_for_workers();
+
   int n_threads_;
   std::vector<std::thread> workers_;
+  // A decode step dispatches ~200 small jobs, so both directions of the hand-off spin on
+  // atomics for a short while before falling back to the mutex + condition variables;
+  // `sleepers_` / `caller_sleeping_` tell the other side whether a notify is needed at all.
   std::mutex mu_;
   std::condition_variable cv_start_;
   std::condition_variable cv_done_;
-  const std::function<void(int, int)>* job_ = nullptr;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  const std::function<void(int, int)>* job_ = nullptr;  // published by the generation bump
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> caller_sleeping_{false};
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace troupe::model

@@ -1,0 +1,263 @@
+#include "model/matmul.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "model/detail/matmul_kernels.hpp"
+#include "model/quant.hpp"
+
+namespace troupe::model {
+
+namespace detail {
+
+namespace {
+
+// Below this many multiply-adds a second thread costs more in hand-off than it saves
+// (a 576x192 Q4_1 decode matmul is ~110k and still gains from two threads).
+constexpr int64_t k_min_parallel_macs = 32 * 1024;
+// Token chunk: keep one chunk of quantized activations (per thread's pass over its rows)
+// well inside a 1 MiB L2, so the rows' weights and the chunk both stay cached.
+constexpr int64_t k_act_chunk_bytes = 128 * 1024;
+// Activations of at least this many tokens are quantized by all pool threads.
+constexpr int64_t k_parallel_quantize_tokens = 8;
+
+bool cpu_has_avx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+}
+
+bool cpu_has_avx512vnni() {
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+
+// A 64-byte aligned, grow-only buffer. One per thread that calls matmul (thread_local), so the
+// hot path allocates only the first time a larger batch shows up.
+class scratch_buffer {
+ public:
+  uint8_t* get(size_t bytes) {
+    if (bytes + 64 > storage_.size()) storage_.resize(bytes + 64);
+    auto addr = reinterpret_cast<uintptr_t>(storage_.data());
+    return storage_.data() + ((64 - (addr & 63)) & 63);
+  }
+
+ private:
+  std::vector<uint8_t> storage_;
+};
+
+scratch_buffer& act_scratch() {
+  thread_local scratch_buffer buf;
+  return buf;
+}
+
+scratch_buffer& row_scratch() {
+  thread_local scratch_buffer buf;
+  return buf;
+}
+
+// ---- the scalar path: dequantize each weight row once, float dot with every token ----------
+
+void scalar_kernel(ggml_type type, const kernel_weights& w, const float* x, int64_t r0,
+                   int64_t r1, int64_t t0, int64_t t1, float* y, int64_t y_stride) {
+  auto* row = reinterpret_cast<float*>(row_scratch().get(sizeof(float) * static_cast<size_t>(w.n_in)));
+  for (int64_t r = r0; r < r1; ++r) {
+    dequantize_row(type, w.data + r * w.row_stride, row, w.n_in);
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* xt = x + t * w.n_in;
+      float sum = 0.0f;
+      for (int64_t i = 0; i < w.n_in; ++i) sum += row[i] * xt[i];
+      y[t * y_stride + r] = sum;
+    }
+  }
+}
+
+const isa_kernels* kernels_for(isa_kind isa) {
+  switch (isa) {
+    case isa_kind::avx512vnni: return &avx512vnni_kernels();
+    case isa_kind::avx2: return &avx2_kernels();
+    default: return nullptr;
+  }
+}
+
+q8_kernel_fn q8_kernel_for(const isa_kernels& k, ggml_type type) {
+  switch (type) {
+    case ggml_type::q4_0: return k.q4_0;
+    case ggml_type::q4_1: return k.q4_1;
+    case ggml_type::q8_0: return k.q8_0;
+    case ggml_type::q4_k: return k.q4_k;
+    case ggml_type::q6_k: return k.q6_k;
+    default: return nullptr;
+  }
+}
+
+float_kernel_fn float_kernel_for(const isa_kernels& k, ggml_type type) {
+  switch (type) {
+    case ggml_type::f32: return k.f32;
+    case ggml_type::f16: return k.f16;
+    case ggml_type::bf16: return k.bf16;
+    default: return nullptr;
+  }
+}
+
+// Rows [begin, end) of thread ith: contiguous, boundaries on multiples of 16 rows so threads
+// never write the same 64-byte line of y.
+void row_range(int64_t n_out, int ith, int nth, int64_t& begin, int64_t& end) {
+  const int64_t per = ((n_out + nth - 1) / nth + 15) / 16 * 16;
+  begin = std::min(n_out, per * ith);
+  end = std::min(n_out, begin + per);
+}
+
+}  // namespace
+
+bool isa_supported(isa_kind isa) {
+  switch (isa) {
+    case isa_kind::scalar: return true;
+    case isa_kind::avx2: return cpu_has_avx2();
+    case isa_kind::avx512vnni: return cpu_has_avx512vnni();
+  }
+  return false;
+}
+
+isa_kind best_isa() {
+  static const isa_kind best = [] {
+    // TROUPE_MATMUL_ISA (see matmul.hpp) can only lower the choice, never pick an ISA the CPU
+    // lacks.
+    if (const char* env = std::getenv("TROUPE_MATMUL_ISA")) {
+      for (auto isa : {isa_kind::scalar, isa_kind::avx2, isa_kind::avx512vnni}) {
+        if (std::strcmp(env, isa_name(isa)) == 0 && isa_supported(isa)) return isa;
+      }
+    }
+    return cpu_has_avx512vnni() ? isa_kind::avx512vnni : cpu_has_avx2() ? isa_kind::avx2 : isa_kind::scalar;
+  }();
+  return best;
+}
+
+const char* isa_name(isa_kind isa) {
+  switch (isa) {
+    case isa_kind::avx512vnni: return "avx512vnni";
+    case isa_kind::avx2: return "avx2";
+    case isa_kind::scalar: return "scalar";
+  }
+  return "scalar";
+}
+
+void quantize_acts_scalar(const float* x, int64_t n, int8_t* qs, float* d, float* s) {
+  for (int64_t b = 0; b < n / 32; ++b, x += 32, qs += 32) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float db = amax / 127.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      qs[j] = static_cast<int8_t>(std::lrintf(x[j] * id));  // half to even, like cvtps2dq
+      sum += qs[j];
+    }
+    d[b] = db;
+    s[b] = db * static_cast<float>(sum);
+  }
+}
+
+void matmul_with_isa(isa_kind isa, const weight_view& w, const float* x, int64_t n_tok, float* y,
+                     thread_pool& pool) {
+  if (n_tok <= 0 || w.n_out <= 0) return;
+  if (!isa_supported(isa)) isa = isa_kind::scalar;
+  const kernel_weights kw{static_cast<const uint8_t*>(w.data), w.row_stride, w.n_in};
+  const int nth = w.n_out * w.n_in * n_tok >= k_min_parallel_macs ? pool.size() : 1;
+  const isa_kernels* kernels = kernels_for(isa);
+
+  auto run_rows = [&](auto&& body) {
+    if (nth == 1) {
+      body(int64_t{0}, w.n_out);
+      return;
+    }
+    pool.run([&](int ith, int n) {
+      int64_t r0, r1;
+      row_range(w.n_out, ith, n, r0, r1);
+      if (r0 < r1) body(r0, r1);
+    });
+  };
+
+  if (!kernels) {
+    run_rows([&](int64_t r0, int64_t r1) { scalar_kernel(w.type, kw, x, r0, r1, 0, n_tok, y, w.n_out); });
+    return;
+  }
+  if (float_kernel_fn fk = float_kernel_for(*kernels, w.type)) {
+    run_rows([&](int64_t r0, int64_t r1) { fk(kw, x, w.n_in, r0, r1, 0, n_tok, y, w.n_out); });
+    return;
+  }
+  q8_kernel_fn qk = q8_kernel_for(*kernels, w.type);
+  if (!qk) {  // a type without a fast path: stay correct
+    run_rows([&](int64_t r0, int64_t r1) { scalar_kernel(w.type, kw, x, r0, r1, 0, n_tok, y, w.n_out); });
+    return;
+  }
+
+  // Quantize the activations once for all rows: [qs of every token][d][s].
+  q8_acts acts{};
+  acts.nb = w.n_in / 32;
+  acts.nb_pad = (acts.nb + 1) / 2 * 2;
+  acts.qs_stride = acts.nb_pad * 32;
+  const size_t qs_bytes = static_cast<size_t>(n_tok * acts.qs_stride);
+  const size_t f_count = static_cast<size_t>(n_tok * acts.nb_pad);
+  uint8_t* buf = act_scratch().get(qs_bytes + 2 * sizeof(float) * f_count);
+  auto* qs = reinterpret_cast<int8_t*>(buf);
+  auto* d = reinterpret_cast<float*>(buf + qs_bytes);
+  auto* s = d + f_count;
+  acts.qs = qs;
+  acts.d = d;
+  acts.s = s;
+  const quantize_acts_fn quantize = kernels->quantize_acts;
+  auto quantize_tokens = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int8_t* q = qs + t * acts.qs_stride;
+      float* dt = d + t * acts.nb_pad;
+      float* st = s + t * acts.nb_pad;
+      quantize(x + t * w.n_in, acts.nb * 32, q, dt, st);
+      for (int64_t b = acts.nb; b < acts.nb_pad; ++b) {
+        std::memset(q + b * 32, 0, 32);
+        dt[b] = 0.0f;
+        st[b] = 0.0f;
+      }
+    }
+  };
+  if (n_tok >= k_parallel_quantize_tokens && nth > 1) {
+    // Wrapped so the std::function holds one pointer (stored inline, no allocation).
+    pool.parallel_for(n_tok, [&quantize_tokens](int64_t t0, int64_t t1) { quantize_tokens(t0, t1); });
+  } else {
+    quantize_tokens(0, n_tok);
+  }
+
+  const int64_t chunk = std::max<int64_t>(
+      4, k_act_chunk_bytes / static_cast<int64_t>(acts.qs_stride + 8 * acts.nb_pad) / 4 * 4);
+  run_rows([&](int64_t r0, int64_t r1) {
+    for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+      qk(kw, acts, r0, r1, t0, std::min(n_tok, t0 + chunk), y, w.n_out);
+    }
+  });
+}
+
+}  // namespace detail
+
+void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, thread_pool& pool) {
+  detail::matmul_with_isa(detail::best_isa(), w, x, n_tok, y, pool);
+}
+
+void matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float* y) {
+  std::vector<float> row(static_cast<size_t>(w.n_in));
+  for (int64_t o = 0; o < w.n_out; ++o) {
+    dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + o * w.row_stride, row.data(), w.n_in);
+    for (int64_t t = 0; t < n_tok; ++t) {
+      const float* xt = x + t * w.n_in;
+      double sum = 0.0;
+      for (int64_t i = 0; i < w.n_in; ++i) sum += static_cast<double>(row[i]) * xt[i];
+      y[t * w.n_out + o] = static_cast<float>(sum);
+    }
+  }
+}
+
+const char* matmul_isa() { return detail::isa_name(detail::best_isa()); }
+
+}  // namespace troupe::model

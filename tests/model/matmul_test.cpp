@@ -1,0 +1,234 @@
+#include "model/matmul.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "model/detail/matmul_kernels.hpp"
+#include "model/quant.hpp"
+
+using namespace troupe::model;
+namespace d = troupe::model::detail;
+
+namespace {
+
+std::vector<float> random_normal(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// Activations with a few large channels, like real hidden states.
+std::vector<float> activations(int64_t n_tok, int64_t n_in, uint32_t seed) {
+  auto x = random_normal(static_cast<size_t>(n_tok * n_in), seed);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int64_t i = 7; i < n_in; i += 97) x[static_cast<size_t>(t * n_in + i)] *= 12.0f;
+  }
+  return x;
+}
+
+struct matrix {
+  ggml_type type;
+  int64_t n_in, n_out;
+  size_t stride;
+  std::vector<uint8_t> bytes;
+  std::vector<float> dequant;  // what the weights really are, row-major
+  weight_view view() const {
+    return weight_view{type, bytes.data(), n_in, n_out, stride};
+  }
+};
+
+matrix make_matrix(ggml_type type, int64_t n_in, int64_t n_out, uint32_t seed, size_t pad = 0) {
+  matrix m{type, n_in, n_out, row_bytes(type, n_in) + pad, {}, {}};
+  m.bytes.assign(m.stride * static_cast<size_t>(n_out), 0xEE);
+  m.dequant.resize(static_cast<size_t>(n_in * n_out));
+  const auto w = random_normal(static_cast<size_t>(n_in * n_out), seed);
+  for (int64_t o = 0; o < n_out; ++o) {
+    uint8_t* row = m.bytes.data() + static_cast<size_t>(o) * m.stride;
+    quantize_row(type, w.data() + o * n_in, row, n_in);
+    dequantize_row(type, row, m.dequant.data() + o * n_in, n_in);
+  }
+  return m;
+}
+
+bool is_block_quantized(ggml_type t) {
+  return t != ggml_type::f32 && t != ggml_type::f16 && t != ggml_type::bf16;
+}
+
+// Allowed |matmul - exact| for output (t, o), from first principles:
+//  * Quantized paths round each activation block of 32 to int8 with step d = amax / 127, so each
+//    activation is off by at most d / 2 and the dot by at most sum_b d_b / 2 * sum_{i in b} |w_i|.
+//    That is the ~1e-2 relative error scale of int8 activations; a layout or scale bug gives
+//    errors of the order of sum |w_i x_i| itself and fails by orders of magnitude.
+//  * Float rounding: recursive float summation of n terms errs by at most n * 2^-24 *
+//    sum |w_i x_i|; the kernels' lane-parallel sums do better, so this bound is safe.
+double tolerance(const matrix& m, const float* x, int64_t o, bool activations_quantized) {
+  const float* w = m.dequant.data() + o * m.n_in;
+  double abs_dot = 0.0, quant = 0.0;
+  for (int64_t b = 0; b < m.n_in; b += 32) {
+    float amax = 0.0f;
+    double wsum = 0.0;
+    for (int64_t i = b; i < std::min(m.n_in, b + 32); ++i) {
+      amax = std::max(amax, std::fabs(x[i]));
+      wsum += std::fabs(w[i]);
+      abs_dot += std::fabs(static_cast<double>(w[i]) * x[i]);
+    }
+    quant += amax / 127.0 / 2.0 * wsum;
+  }
+  const double rounding = (static_cast<double>(m.n_in) * 6e-8 + 1e-6) * abs_dot + 1e-6;
+  return (activations_quantized ? quant * 1.001 : 0.0) + rounding;
+}
+
+void expect_close_to_reference(const matrix& m, const std::vector<float>& x, int64_t n_tok,
+                               const std::vector<float>& got, bool activations_quantized,
+                               const std::string& what) {
+  std::vector<float> ref(static_cast<size_t>(n_tok * m.n_out));
+  matmul_reference(m.view(), x.data(), n_tok, ref.data());
+  double err2 = 0.0, tol2 = 0.0;
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int64_t o = 0; o < m.n_out; ++o) {
+      const size_t k = static_cast<size_t>(t * m.n_out + o);
+      const double tol = tolerance(m, x.data() + t * m.n_in, o, activations_quantized);
+      ASSERT_NEAR(got[k], ref[k], tol) << what << " t=" << t << " o=" << o;
+      err2 += (static_cast<double>(got[k]) - ref[k]) * (static_cast<double>(got[k]) - ref[k]);
+      tol2 += tol * tol;
+    }
+  }
+  // The bound above is worst case (all rounding errors aligned). Independent rounding errors
+  // add up like a random walk, ~0.6 / sqrt(32) = 0.1 of the bound for one block and less for
+  // longer rows, so on average errors must stay well inside it; this catches subtle bugs
+  // (a misplaced scale) that the per-output worst case alone could let through.
+  if (activations_quantized) {
+    EXPECT_LE(std::sqrt(err2 / tol2), 0.3) << what;
+  }
+}
+
+std::vector<d::isa_kind> supported_isas() {
+  std::vector<d::isa_kind> v;
+  for (auto i : {d::isa_kind::scalar, d::isa_kind::avx2, d::isa_kind::avx512vnni}) {
+    if (d::isa_supported(i)) v.push_back(i);
+  }
+  return v;
+}
+
+struct path_case {
+  ggml_type type;
+  d::isa_kind isa;
+};
+
+std::string case_name(const ::testing::TestParamInfo<path_case>& info) {
+  return std::string(type_name(static_cast<uint32_t>(info.param.type))) + "_" + d::isa_name(info.param.isa);
+}
+
+std::vector<path_case> all_cases() {
+  std::vector<path_case> v;
+  for (auto t : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q4_0, ggml_type::q4_1,
+                 ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k}) {
+    for (auto i : {d::isa_kind::scalar, d::isa_kind::avx2, d::isa_kind::avx512vnni}) v.push_back({t, i});
+  }
+  return v;
+}
+
+}  // namespace
+
+class MatmulPath : public ::testing::TestWithParam<path_case> {};
+
+// Every (type, ISA) path against the float reference, over token counts that hit every tile
+// remainder and both the fused and the pre-unpacked batch kernels (1, 3, 6, 17, 64), row
+// counts that are not multiples of the 4-row tiles or the 16-row thread split, odd block counts
+// per row, and 1 or 2 threads. One and two threads must agree bit for bit, since each row is
+// computed by exactly one thread with the same code.
+TEST_P(MatmulPath, MatchesReference) {
+  const auto c = GetParam();
+  if (!d::isa_supported(c.isa)) GTEST_SKIP() << d::isa_name(c.isa) << " not supported by this CPU";
+  const bool kquant = c.type == ggml_type::q4_k || c.type == ggml_type::q6_k;
+  const bool quantized_acts = is_block_quantized(c.type) && c.isa != d::isa_kind::scalar;
+  std::vector<std::pair<int64_t, int64_t>> shapes;  // (n_in, n_out)
+  if (kquant) {
+    shapes = {{256, 37}, {512, 21}};
+  } else if (is_block_quantized(c.type)) {
+    shapes = {{32, 5}, {96, 37}, {576, 21}};
+  } else {
+    shapes = {{100, 37}, {576, 21}, {7, 3}};
+  }
+  thread_pool one(1), two(2);
+  uint32_t seed = 1;
+  for (auto [n_in, n_out] : shapes) {
+    const auto m = make_matrix(c.type, n_in, n_out, ++seed);
+    for (int64_t n_tok : {1, 3, 6, 17, 64}) {
+      const auto x = activations(n_tok, n_in, ++seed);
+      std::vector<float> y1(static_cast<size_t>(n_tok * n_out), NAN), y2 = y1;
+      d::matmul_with_isa(c.isa, m.view(), x.data(), n_tok, y1.data(), one);
+      d::matmul_with_isa(c.isa, m.view(), x.data(), n_tok, y2.data(), two);
+      const std::string what = "n_in=" + std::to_string(n_in) + " n_out=" + std::to_string(n_out) +
+                               " n_tok=" + std::to_string(n_tok);
+      expect_close_to_reference(m, x, n_tok, y1, quantized_acts, what);
+      ASSERT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float))) << what;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, MatmulPath, ::testing::ValuesIn(all_cases()), case_name);
+
+TEST(Matmul, DefaultPathIsTheBestIsa) {
+  const std::string isa = matmul_isa();
+  EXPECT_TRUE(isa == "avx512vnni" || isa == "avx2" || isa == "scalar") << isa;
+  EXPECT_EQ(isa, d::isa_name(d::best_isa()));
+  const auto m = make_matrix(ggml_type::q4_1, 576, 40, 5);
+  const auto x = activations(5, 576, 6);
+  thread_pool pool(2);
+  std::vector<float> a(200), b(200);
+  matmul(m.view(), x.data(), 5, a.data(), pool);
+  d::matmul_with_isa(d::best_isa(), m.view(), x.data(), 5, b.data(), pool);
+  EXPECT_EQ(a, b);
+}
+
+// Wide rows and enough tokens that each thread walks the batch in several activation chunks;
+// a padded row stride checks that kernels step by row_stride, not by the row's size.
+TEST(Matmul, LargeBatchChunksAndRowStride) {
+  thread_pool pool(2);
+  for (auto t : {ggml_type::q4_1, ggml_type::q6_k, ggml_type::q8_0}) {
+    const auto m = make_matrix(t, 2048, 9, 8, /*pad=*/64);
+    const auto x = activations(130, 2048, 9);
+    std::vector<float> y(130 * 9);
+    matmul(m.view(), x.data(), 130, y.data(), pool);
+    expect_close_to_reference(m, x, 130, y, d::best_isa() != d::isa_kind::scalar,
+                              type_name(static_cast<uint32_t>(t)));
+  }
+}
+
+// The SIMD activation quantizers must produce exactly what the scalar one does (both round
+// half to even), so the kernels' accuracy analysis holds for all of them.
+TEST(Matmul, ActivationQuantizersAgree) {
+  auto x = activations(1, 1024, 12);
+  x[0] = 0.0f;
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // an all-zero block
+  std::vector<int8_t> q_ref(1024), q(1024);
+  std::vector<float> d_ref(32), s_ref(32), dd(32), ss(32);
+  d::quantize_acts_scalar(x.data(), 1024, q_ref.data(), d_ref.data(), s_ref.data());
+  for (auto isa : supported_isas()) {
+    const d::isa_kernels* k = isa == d::isa_kind::avx2         ? &d::avx2_kernels()
+                              : isa == d::isa_kind::avx512vnni ? &d::avx512vnni_kernels()
+                                                               : nullptr;
+    if (!k) continue;
+    k->quantize_acts(x.data(), 1024, q.data(), dd.data(), ss.data());
+    EXPECT_EQ(q, q_ref) << d::isa_name(isa);
+    EXPECT_EQ(dd, d_ref) << d::isa_name(isa);
+    EXPECT_EQ(ss, s_ref) << d::isa_name(isa);
+  }
+}
+
+TEST(Matmul, EmptyInputsDoNothing) {
+  const auto m = make_matrix(ggml_type::q8_0, 64, 4, 1);
+  thread_pool pool(2);
+  std::vector<float> y(4, 1.5f);
+  matmul(m.view(), nullptr, 0, y.data(), pool);
+  EXPECT_EQ(y, std::vector<float>(4, 1.5f));
+}
