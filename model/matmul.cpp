@@ -156,8 +156,10 @@ void quantize_acts_scalar(const float* x, int64_t n, int8_t* qs, float* d, float
       qs[j] = static_cast<int8_t>(std::lrintf(x[j] * id));  // half to even, like cvtps2dq
       sum += qs[j];
     }
-    d[b] = db;
-    s[b] = db * static_cast<float>(sum);
+    // Scales rounded through fp16 as ggml's block_q8_0 / block_q8_1 store them: the products
+    // then match llama.cpp's bit for bit, which keeps greedy decoding on the same path.
+    d[b] = round_fp16(db);
+    s[b] = round_fp16(db * static_cast<float>(sum));
   }
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "model/detail/matmul_kernels.hpp"
+#include "model/quant.hpp"
 #include "model/detail/quant_blocks.hpp"
 
 namespace troupe::model::detail {
@@ -379,8 +380,10 @@ void quantize_acts(const float* x, int64_t n, int8_t* qs, float* d, float* s) {
     const __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
                                                   _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), p);
-    d[b] = db;
-    s[b] = db * static_cast<float>(hsum_epi32(sum));
+    // Scales rounded through fp16 as ggml's block_q8_0 / block_q8_1 store them: the products
+    // then match llama.cpp's bit for bit, which keeps greedy decoding on the same path.
+    d[b] = round_fp16(db);
+    s[b] = round_fp16(db * static_cast<float>(hsum_epi32(sum)));
   }
 }
 

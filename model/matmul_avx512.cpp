@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "model/detail/matmul_kernels.hpp"
+#include "model/quant.hpp"
 #include "model/detail/quant_blocks.hpp"
 
 namespace troupe::model::detail {
@@ -583,8 +584,10 @@ void quantize_acts(const float* x, int64_t n, int8_t* qs, float* d, float* s) {
     const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtsepi32_epi8(i0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtsepi32_epi8(i1));
-    d[b] = db;
-    s[b] = db * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1)));
+    // Scales rounded through fp16 as ggml's block_q8_0 / block_q8_1 store them: the products
+    // then match llama.cpp's bit for bit, which keeps greedy decoding on the same path.
+    d[b] = round_fp16(db);
+    s[b] = round_fp16(db * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1))));
   }
 }
 

@@ -13,6 +13,7 @@ float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t h);
 uint16_t fp32_to_bf16(float f);
+inline float round_fp16(float f) { return fp16_to_fp32(fp32_to_fp16(f)); }
 
 // Converts n elements (a multiple of the type's block size) of a row of `type` to float.
 void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n);
