@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace troupe::model {
@@ -163,9 +164,13 @@ result<std::shared_ptr<gguf_file>> gguf_file::open(const std::string& path) {
 result<std::shared_ptr<gguf_file>> gguf_file::from_bytes(std::vector<uint8_t> bytes, std::string name) {
   std::shared_ptr<gguf_file> f(new gguf_file());
   f->path_ = std::move(name);
-  f->owned_ = std::move(bytes);
-  f->base_ = f->owned_.data();
-  f->size_ = f->owned_.size();
+  // Copied into a 64-byte aligned buffer so that tensor data is as aligned as in a mapped file.
+  const size_t cap = (bytes.size() + 63) / 64 * 64 + 64;
+  f->owned_ = std::unique_ptr<uint8_t, void (*)(void*)>(static_cast<uint8_t*>(std::aligned_alloc(64, cap)), std::free);
+  if (!f->owned_) return make_error("out of memory reading '" + f->path_ + "'");
+  if (!bytes.empty()) std::memcpy(f->owned_.get(), bytes.data(), bytes.size());
+  f->base_ = f->owned_.get();
+  f->size_ = bytes.size();
   if (auto s = f->parse(); !s) return make_error("'" + f->path_ + "': " + s.error());
   return f;
 }

@@ -89,7 +89,7 @@ class gguf_file {
   const uint8_t* base_ = nullptr;
   size_t size_ = 0;
   void* map_ = nullptr;              // mmap'd region, when opened from a file
-  std::vector<uint8_t> owned_;       // bytes, when parsed from memory
+  std::unique_ptr<uint8_t, void (*)(void*)> owned_{nullptr, nullptr};  // 64-byte aligned copy, when parsed from memory
   uint32_t version_ = 0;
   size_t alignment_ = 32;
   std::map<std::string, gguf_value> kv_;
