@@ -109,6 +109,7 @@ void run_matmul(benchmark::State& state, ggml_type type, int64_t n_in, int64_t n
 
 // One decode step of SmolLM2-135M: 30 layers x (q, k, v, o, gate, up, down) in Q4_1, then the
 // Q8_0 output head; 30 distinct layers (~96 MB) so nothing stays cached between steps.
+// multi=1 groups Q/K/V and gate/up into matmul_multi calls (5 dispatches per layer, not 7).
 void BM_decode_step_matmuls(benchmark::State& state) {
   const int64_t n_tok = state.range(0);
   struct layer {
@@ -136,10 +137,22 @@ void BM_decode_step_matmuls(benchmark::State& state) {
       flops += 2.0 * static_cast<double>(w->n_in * w->n_out);
     }
   }
+  // With `multi`, Q/K/V and gate/up go through matmul_multi (one dispatch each group).
+  const bool multi = state.range(1) != 0;
+  std::vector<float> y2(y.size()), y3(y.size());
+  float* outs[3] = {y.data(), y2.data(), y3.data()};
   for (auto _ : state) {
     for (auto& l : layers) {
-      for (auto* w : {l.q.get(), l.k.get(), l.v.get(), l.o.get(), l.gate.get(), l.up.get()}) {
-        matmul(w->view(0), x576.data(), n_tok, y.data(), pool());
+      if (multi) {
+        const weight_view qkv[3] = {l.q->view(0), l.k->view(0), l.v->view(0)};
+        matmul_multi(qkv, outs, 3, x576.data(), n_tok, pool());
+        matmul(l.o->view(0), x576.data(), n_tok, y.data(), pool());
+        const weight_view gate_up[2] = {l.gate->view(0), l.up->view(0)};
+        matmul_multi(gate_up, outs, 2, x576.data(), n_tok, pool());
+      } else {
+        for (auto* w : {l.q.get(), l.k.get(), l.v.get(), l.o.get(), l.gate.get(), l.up.get()}) {
+          matmul(w->view(0), x576.data(), n_tok, y.data(), pool());
+        }
       }
       matmul(l.down->view(0), x1536.data(), n_tok, y.data(), pool());
     }
@@ -150,7 +163,7 @@ void BM_decode_step_matmuls(benchmark::State& state) {
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(n_tok), benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(matmul_isa());
 }
-BENCHMARK(BM_decode_step_matmuls)->Arg(1)->Arg(16)->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
+BENCHMARK(BM_decode_step_matmuls)->ArgNames({"n_tok", "multi"})->ArgsProduct({{1, 16}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
 
 // Hand-off cost of one empty pool.run (what each of a step's ~200 matmuls pays on top).
 void BM_pool_run(benchmark::State& state) {

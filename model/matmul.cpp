@@ -165,86 +165,127 @@ void quantize_acts_scalar(const float* x, int64_t n, int8_t* qs, float* d, float
 
 void matmul_with_isa(isa_kind isa, const weight_view& w, const float* x, int64_t n_tok, float* y,
                      thread_pool& pool) {
-  if (n_tok <= 0 || w.n_out <= 0) return;
+  matmul_multi_with_isa(isa, &w, &y, 1, x, n_tok, pool);
+}
+
+void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys, int n_mat,
+                           const float* x, int64_t n_tok, thread_pool& pool) {
+  if (n_tok <= 0 || n_mat <= 0) return;
   if (!isa_supported(isa)) isa = isa_kind::scalar;
-  const kernel_weights kw{static_cast<const uint8_t*>(w.data), w.row_stride, w.n_in};
-  const int nth = w.n_out * w.n_in * n_tok >= k_min_parallel_macs ? pool.size() : 1;
   const isa_kernels* kernels = kernels_for(isa);
+  const int64_t n_in = ws[0].n_in;
 
-  auto run_rows = [&](auto&& body) {
-    if (nth == 1) {
-      body(int64_t{0}, w.n_out);
-      return;
-    }
-    pool.run([&](int ith, int n) {
-      int64_t r0, r1;
-      row_range(w.n_out, ith, n, r0, r1);
-      if (r0 < r1) body(r0, r1);
-    });
+  // One job per matrix: its kernel and where its rows start in the concatenation of all rows.
+  struct job {
+    kernel_weights kw;
+    ggml_type type;
+    int64_t n_out;
+    int64_t first_row;
+    q8_kernel_fn qk;
+    float_kernel_fn fk;
+    float* y;
   };
+  constexpr int k_max_jobs = 8;
+  job jobs[k_max_jobs];
+  if (n_mat > k_max_jobs) {  // not a hot-path shape: split and recurse
+    matmul_multi_with_isa(isa, ws, ys, k_max_jobs, x, n_tok, pool);
+    matmul_multi_with_isa(isa, ws + k_max_jobs, ys + k_max_jobs, n_mat - k_max_jobs, x, n_tok, pool);
+    return;
+  }
+  int64_t total_rows = 0;
+  bool need_acts = false;
+  for (int i = 0; i < n_mat; ++i) {
+    const weight_view& w = ws[i];
+    job& j = jobs[i];
+    j = job{kernel_weights{static_cast<const uint8_t*>(w.data), w.row_stride, w.n_in}, w.type, w.n_out,
+            total_rows, nullptr, nullptr, ys[i]};
+    if (kernels) {
+      j.fk = float_kernel_for(*kernels, w.type);
+      j.qk = j.fk ? nullptr : q8_kernel_for(*kernels, w.type);
+    }
+    need_acts |= j.qk != nullptr;
+    total_rows += w.n_out;
+  }
+  if (total_rows == 0) return;
+  const int nth = total_rows * n_in * n_tok >= k_min_parallel_macs ? pool.size() : 1;
 
-  if (!kernels) {
-    run_rows([&](int64_t r0, int64_t r1) { scalar_kernel(w.type, kw, x, r0, r1, 0, n_tok, y, w.n_out); });
-    return;
-  }
-  if (float_kernel_fn fk = float_kernel_for(*kernels, w.type)) {
-    run_rows([&](int64_t r0, int64_t r1) { fk(kw, x, w.n_in, r0, r1, 0, n_tok, y, w.n_out); });
-    return;
-  }
-  q8_kernel_fn qk = q8_kernel_for(*kernels, w.type);
-  if (!qk) {  // a type without a fast path: stay correct
-    run_rows([&](int64_t r0, int64_t r1) { scalar_kernel(w.type, kw, x, r0, r1, 0, n_tok, y, w.n_out); });
-    return;
-  }
-
-  // Quantize the activations once for all rows: [qs of every token][d][s].
+  // Quantize the activations once for all rows of all matrices: [qs of every token][d][s].
   q8_acts acts{};
-  acts.nb = w.n_in / 32;
-  acts.nb_pad = (acts.nb + 1) / 2 * 2;
-  acts.qs_stride = acts.nb_pad * 32;
-  const size_t qs_bytes = static_cast<size_t>(n_tok * acts.qs_stride);
-  const size_t f_count = static_cast<size_t>(n_tok * acts.nb_pad);
-  uint8_t* buf = act_scratch().get(qs_bytes + 2 * sizeof(float) * f_count);
-  auto* qs = reinterpret_cast<int8_t*>(buf);
-  auto* d = reinterpret_cast<float*>(buf + qs_bytes);
-  auto* s = d + f_count;
-  acts.qs = qs;
-  acts.d = d;
-  acts.s = s;
-  const quantize_acts_fn quantize = kernels->quantize_acts;
-  auto quantize_tokens = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      int8_t* q = qs + t * acts.qs_stride;
-      float* dt = d + t * acts.nb_pad;
-      float* st = s + t * acts.nb_pad;
-      quantize(x + t * w.n_in, acts.nb * 32, q, dt, st);
-      for (int64_t b = acts.nb; b < acts.nb_pad; ++b) {
-        std::memset(q + b * 32, 0, 32);
-        dt[b] = 0.0f;
-        st[b] = 0.0f;
+  int64_t chunk = n_tok;
+  if (need_acts) {
+    acts.nb = n_in / 32;
+    acts.nb_pad = (acts.nb + 1) / 2 * 2;
+    acts.qs_stride = acts.nb_pad * 32;
+    const size_t qs_bytes = static_cast<size_t>(n_tok * acts.qs_stride);
+    const size_t f_count = static_cast<size_t>(n_tok * acts.nb_pad);
+    uint8_t* buf = act_scratch().get(qs_bytes + 2 * sizeof(float) * f_count);
+    auto* qs = reinterpret_cast<int8_t*>(buf);
+    auto* d = reinterpret_cast<float*>(buf + qs_bytes);
+    auto* s = d + f_count;
+    acts.qs = qs;
+    acts.d = d;
+    acts.s = s;
+    const quantize_acts_fn quantize = kernels->quantize_acts;
+    auto quantize_tokens = [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        int8_t* q = qs + t * acts.qs_stride;
+        float* dt = d + t * acts.nb_pad;
+        float* st = s + t * acts.nb_pad;
+        quantize(x + t * n_in, acts.nb * 32, q, dt, st);
+        for (int64_t b = acts.nb; b < acts.nb_pad; ++b) {
+          std::memset(q + b * 32, 0, 32);
+          dt[b] = 0.0f;
+          st[b] = 0.0f;
+        }
+      }
+    };
+    if (n_tok >= k_parallel_quantize_tokens && nth > 1) {
+      // Wrapped so the std::function holds one pointer (stored inline, no allocation).
+      pool.parallel_for(n_tok, [&quantize_tokens](int64_t t0, int64_t t1) { quantize_tokens(t0, t1); });
+    } else {
+      quantize_tokens(0, n_tok);
+    }
+    chunk = std::max<int64_t>(4, k_act_chunk_bytes / (acts.qs_stride + 8 * acts.nb_pad) / 4 * 4);
+  }
+
+  // Rows [r0, r1) of the concatenation: each matrix's overlap, computed by its kernel.
+  auto compute = [&](int64_t r0, int64_t r1) {
+    for (int i = 0; i < n_mat; ++i) {
+      const job& j = jobs[i];
+      const int64_t a = std::max(r0, j.first_row) - j.first_row;
+      const int64_t b = std::min(r1, j.first_row + j.n_out) - j.first_row;
+      if (a >= b) continue;
+      if (j.qk) {
+        for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+          j.qk(j.kw, acts, a, b, t0, std::min(n_tok, t0 + chunk), j.y, j.n_out);
+        }
+      } else if (j.fk) {
+        j.fk(j.kw, x, n_in, a, b, 0, n_tok, j.y, j.n_out);
+      } else {  // scalar ISA, or a type without a fast path: stay correct
+        scalar_kernel(j.type, j.kw, x, a, b, 0, n_tok, j.y, j.n_out);
       }
     }
   };
-  if (n_tok >= k_parallel_quantize_tokens && nth > 1) {
-    // Wrapped so the std::function holds one pointer (stored inline, no allocation).
-    pool.parallel_for(n_tok, [&quantize_tokens](int64_t t0, int64_t t1) { quantize_tokens(t0, t1); });
-  } else {
-    quantize_tokens(0, n_tok);
+  if (nth == 1) {
+    compute(0, total_rows);
+    return;
   }
-
-  const int64_t chunk = std::max<int64_t>(
-      4, k_act_chunk_bytes / static_cast<int64_t>(acts.qs_stride + 8 * acts.nb_pad) / 4 * 4);
-  run_rows([&](int64_t r0, int64_t r1) {
-    for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
-      qk(kw, acts, r0, r1, t0, std::min(n_tok, t0 + chunk), y, w.n_out);
-    }
+  pool.run([&](int ith, int n) {
+    int64_t r0, r1;
+    row_range(total_rows, ith, n, r0, r1);
+    if (r0 < r1) compute(r0, r1);
   });
 }
 
 }  // namespace detail
 
 void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, thread_pool& pool) {
-  detail::matmul_with_isa(detail::best_isa(), w, x, n_tok, y, pool);
+  detail::matmul_multi_with_isa(detail::best_isa(), &w, &y, 1, x, n_tok, pool);
+}
+
+void matmul_multi(const weight_view* ws, float* const* ys, int n, const float* x, int64_t n_tok,
+                  thread_pool& pool) {
+  detail::matmul_multi_with_isa(detail::best_isa(), ws, ys, n, x, n_tok, pool);
 }
 
 void matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float* y) {

@@ -23,6 +23,13 @@ struct weight_view {
 // way (all block-quantized types); F32/F16/BF16 weights use float FMA.
 void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, thread_pool& pool);
 
+// matmul() for n matrices that read the same input (Q, K and V; gate and up): ys[i] receives
+// ws[i]'s output. The activations are quantized once and all rows of all matrices are shared
+// out in a single dispatch, which saves a hand-off and a quantization per extra matrix. Every
+// ws[i].n_in must be equal.
+void matmul_multi(const weight_view* ws, float* const* ys, int n, const float* x, int64_t n_tok,
+                  thread_pool& pool);
+
 // Same contract, scalar and unthreaded: the reference the tests compare against.
 void matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float* y);
 

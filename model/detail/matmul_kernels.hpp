@@ -68,6 +68,8 @@ const char* isa_name(isa_kind isa);
 // supports. Falls back to scalar when `isa` is not supported here.
 void matmul_with_isa(isa_kind isa, const weight_view& w, const float* x, int64_t n_tok, float* y,
                      thread_pool& pool);
+void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys, int n_mat,
+                           const float* x, int64_t n_tok, thread_pool& pool);
 
 // Scalar reference quantization of one activation row (what every SIMD quantize_acts matches,
 // up to round-half-even versus round-half-away on exact ties).

@@ -1,0 +1,42 @@
+#pragma once
+// The admission actor: the pipeline's front door. It answers a submission at once, with the
+// request's id or with the reason it was refused (and when to retry), then opens the stream at
+// the streamer and passes the request to the cache. Closed streams come back from the
+// streamer, for the queue cap.
+#include <cstdint>
+
+#include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "actors/admission_state.hpp"
+#include "actors/event_sink.hpp"
+#include "actors/links.hpp"
+#include "actors/request.hpp"
+#include "actors/text_codec.hpp"
+
+namespace troupe::actors {
+
+using submit_atom = caf::atom_constant<caf::atom("submit")>;
+using closed_atom = caf::atom_constant<caf::atom("closed")>;
+
+// The answer to a submission: an id, or (id 0) the reason it was refused.
+struct submit_reply {
+  uint64_t id = 0;
+  error_event error;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, submit_reply& x) {
+  return f(caf::meta::type_name("submit_reply"), x.id, x.error);
+}
+
+using admission_actor = caf::typed_actor<caf::replies_to<submit_atom, request_spec, event_sink>::with<submit_reply>,
+                                         caf::reacts_to<closed_atom, uint64_t>,
+                                         caf::replies_to<stats_atom>::with<admission_stats>,
+                                         caf::reacts_to<links_atom, pipeline_links>>;
+
+admission_actor spawn_admission(caf::actor_system& sys, admission_config cfg, std::shared_ptr<const text_codec> codec);
+
+}  // namespace troupe::actors

@@ -1,0 +1,157 @@
+#include "actors/admission_state.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace troupe::actors {
+
+admission_state::admission_state(admission_config cfg, std::shared_ptr<const text_codec> codec)
+    : cfg_(std::move(cfg)), codec_(std::move(codec)) {}
+
+admission_decision admission_state::reject(const std::string& code, std::string message, int64_t retry_after_ms) {
+  ++st_.rejected;
+  admission_decision d;
+  d.error.code = code;
+  d.error.message = std::move(message);
+  d.error.retry_after_ms = retry_after_ms;
+  return d;
+}
+
+const tenant_limits& admission_state::limits_of(const std::string& tenant) const {
+  auto it = cfg_.tenants.find(tenant);
+  return it == cfg_.tenants.end() ? cfg_.default_tenant : it->second;
+}
+
+int64_t admission_state::take(bucket& b, double rate, double burst, double cost, int64_t now_us) {
+  if (rate <= 0) return 0;
+  if (!b.primed) {
+    b.level = burst;
+    b.updated_us = now_us;
+    b.primed = true;
+  }
+  b.level = std::min(burst, b.level + rate * static_cast<double>(now_us - b.updated_us) * 1e-6);
+  b.updated_us = now_us;
+  if (b.level >= cost) {
+    b.level -= cost;
+    return 0;
+  }
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil((cost - b.level) / rate * 1000.0)));
+}
+
+admission_decision admission_state::admit(const request_spec& spec, int64_t now_us) {
+  if (!spec.model.empty() && spec.model != cfg_.model_name)
+    return reject(errc::unknown_model,
+                  "model '" + spec.model + "' is not served here (this pipeline serves '" + cfg_.model_name + "')");
+  const int n_inputs = (spec.messages.empty() ? 0 : 1) + (spec.prompt.empty() ? 0 : 1) + (spec.prompt_tokens.empty() ? 0 : 1);
+  if (n_inputs != 1)
+    return reject(errc::invalid_request, "give exactly one of messages, prompt or prompt_tokens");
+  if (auto s = spec.sampling.validate(); !s) return reject(errc::invalid_request, s.error());
+  if (spec.max_tokens < 0) return reject(errc::invalid_request, "max_tokens must be >= 0");
+  if (spec.max_tokens > cfg_.max_tokens_cap)
+    return reject(errc::invalid_request, "max_tokens " + std::to_string(spec.max_tokens) + " exceeds this server's cap of " +
+                                              std::to_string(cfg_.max_tokens_cap));
+  if (spec.deadline_ms < 0) return reject(errc::invalid_request, "deadline_ms must be >= 0");
+  if (static_cast<int32_t>(spec.stop.size()) > cfg_.max_stop_strings)
+    return reject(errc::invalid_request, "at most " + std::to_string(cfg_.max_stop_strings) + " stop strings");
+  for (const auto& s : spec.stop)
+    if (s.empty()) return reject(errc::invalid_request, "stop strings must not be empty");
+
+  // Tokenize.
+  std::vector<int32_t> prompt;
+  if (!spec.prompt_tokens.empty()) {
+    for (auto t : spec.prompt_tokens)
+      if (t < 0 || (cfg_.n_vocab > 0 && t >= cfg_.n_vocab))
+        return reject(errc::invalid_request, "prompt token " + std::to_string(t) + " is outside the vocabulary (0.." +
+                                                  std::to_string(cfg_.n_vocab - 1) + ")");
+    prompt = spec.prompt_tokens;
+  } else {
+    auto enc = spec.messages.empty() ? codec_->encode_prompt(spec.prompt) : codec_->encode_chat(spec.messages);
+    if (!enc) return reject(errc::invalid_request, enc.error());
+    prompt = std::move(*enc);
+  }
+  if (prompt.empty()) return reject(errc::invalid_request, "the prompt is empty after tokenization");
+  const auto n_prompt = static_cast<int32_t>(prompt.size());
+  int32_t max_tokens = spec.max_tokens;
+  if (max_tokens == 0) max_tokens = std::min(cfg_.default_max_tokens, cfg_.n_ctx - n_prompt);
+  if (cfg_.n_ctx > 0 && (max_tokens <= 0 || static_cast<int64_t>(n_prompt) + max_tokens > cfg_.n_ctx))
+    return reject(errc::context_length, "prompt (" + std::to_string(n_prompt) + " tokens) plus max_tokens (" +
+                                             std::to_string(std::max(max_tokens, 0)) + ") exceeds the model's context of " +
+                                             std::to_string(cfg_.n_ctx) + " tokens; shorten the prompt or lower max_tokens");
+
+  // Load.
+  if (static_cast<int32_t>(pending_.size()) >= cfg_.max_pending) {
+    ++st_.overloaded;
+    const double per = completion_interval_ms_ > 0 ? completion_interval_ms_ : 1000.0;
+    const double backlog = static_cast<double>(pending_.size()) - cfg_.max_pending + 1;
+    const auto retry = static_cast<int64_t>(std::clamp(per * backlog, 100.0, 60000.0));
+    return reject(errc::overloaded,
+                  "the server has " + std::to_string(pending_.size()) + " requests in progress (its limit); retry later",
+                  retry);
+  }
+  const std::string tenant_name = spec.tenant.empty() ? "default" : spec.tenant;
+  const auto& lim = limits_of(tenant_name);
+  auto& t = tenants_[tenant_name];
+  const double cost = static_cast<double>(n_prompt) + max_tokens;
+  if (lim.tokens_per_s > 0) {
+    const double burst = lim.token_burst > 0 ? lim.token_burst : std::max(lim.tokens_per_s, cost);
+    if (cost > burst)
+      return reject(errc::rate_limited, "the request (" + std::to_string(static_cast<int64_t>(cost)) +
+                                            " tokens with max_tokens) exceeds tenant '" + tenant_name + "''s burst of " +
+                                            std::to_string(static_cast<int64_t>(burst)) + " tokens");
+  }
+  // Check both buckets before taking from either.
+  bucket req_probe = t.requests, tok_probe = t.tokens;
+  const double req_burst = lim.request_burst > 0 ? lim.request_burst : std::max(1.0, lim.requests_per_s);
+  const double tok_burst = lim.token_burst > 0 ? lim.token_burst : std::max(lim.tokens_per_s, cost);
+  const int64_t wait_req = take(req_probe, lim.requests_per_s, req_burst, 1.0, now_us);
+  const int64_t wait_tok = take(tok_probe, lim.tokens_per_s, tok_burst, cost, now_us);
+  if (wait_req > 0 || wait_tok > 0) {
+    ++st_.rate_limited;
+    return reject(errc::rate_limited, "tenant '" + tenant_name + "' is over its " +
+                                          (wait_req > 0 ? "request" : "token") + " rate; retry later",
+                  std::max(wait_req, wait_tok));
+  }
+  t.requests = req_probe;
+  t.tokens = tok_probe;
+
+  admission_decision d;
+  d.ok = true;
+  auto& r = d.request;
+  r.id = next_id_++;
+  r.model = cfg_.model_name;
+  r.prompt = std::move(prompt);
+  r.sampling = spec.sampling;
+  r.max_tokens = max_tokens;
+  r.stop = spec.stop;
+  if (!spec.ignore_eos) r.eog = codec_->eog_tokens();
+  r.logprobs = spec.logprobs || spec.sampling.n_logprobs > 0;
+  r.priority = spec.priority;
+  r.tenant = tenant_name;
+  r.arrival_us = now_us;
+  const int64_t deadline_ms = spec.deadline_ms > 0 ? spec.deadline_ms : cfg_.default_deadline_ms;
+  r.deadline_us = deadline_ms > 0 ? now_us + deadline_ms * 1000 : 0;
+  d.open.id = r.id;
+  d.open.arrival_us = now_us;
+  d.open.prompt_tokens = n_prompt;
+  d.open.stop = spec.stop;
+  pending_[r.id] = now_us;
+  ++st_.admitted;
+  return d;
+}
+
+void admission_state::on_closed(uint64_t id, int64_t now_us) {
+  if (!pending_.erase(id)) return;
+  if (last_completion_us_ > 0) {
+    const double dt = static_cast<double>(now_us - last_completion_us_) / 1000.0;
+    completion_interval_ms_ = completion_interval_ms_ > 0 ? 0.9 * completion_interval_ms_ + 0.1 * dt : dt;
+  }
+  last_completion_us_ = now_us;
+}
+
+admission_stats admission_state::stats() const {
+  auto s = st_;
+  s.pending = static_cast<int32_t>(pending_.size());
+  return s;
+}
+
+}  // namespace troupe::actors

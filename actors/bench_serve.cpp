@@ -1,0 +1,307 @@
+#include "actors/bench_serve.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "actors/client.hpp"
+#include "actors/pipeline.hpp"
+#include "actors/runtime.hpp"
+#include "model/llama_model.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+double pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double idx = p / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<size_t>(std::floor(idx));
+  const auto hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (idx - static_cast<double>(lo));
+}
+
+struct run_result {
+  std::string label;
+  int requests = 0;
+  int errors = 0;
+  int64_t prompt_tokens = 0;
+  int64_t generated = 0;
+  double wall_s = 0;
+  std::vector<double> ttft_ms, itl_ms;
+  scheduler_stats stats;
+  double tokens_per_s() const { return wall_s > 0 ? static_cast<double>(generated) / wall_s : 0; }
+};
+
+struct work_item {
+  request_spec spec;
+  double arrival_s = 0;
+};
+
+std::vector<work_item> make_workload(const bench_serve_options& o, int n_vocab) {
+  std::mt19937_64 rng(o.seed);
+  std::exponential_distribution<double> gap(o.rate > 0 ? o.rate : 1e9);
+  std::uniform_real_distribution<double> u(0, 1);
+  auto uni = [&](int lo, int hi) { return lo + static_cast<int>(rng() % static_cast<uint64_t>(std::max(1, hi - lo + 1))); };
+  std::vector<work_item> w;
+  double t = 0;
+  for (int i = 0; i < o.requests; ++i) {
+    work_item it;
+    // Ordinary-text ids from the lower vocabulary: no control tokens.
+    const int n = uni(o.prompt_min, o.prompt_max);
+    for (int k = 0; k < n; ++k) it.spec.prompt_tokens.push_back(100 + static_cast<int32_t>(rng() % static_cast<uint64_t>(std::min(n_vocab - 100, 30000))));
+    it.spec.max_tokens = u(rng) < o.long_share ? uni(o.long_min, o.long_max) : uni(o.short_min, o.short_max);
+    it.spec.ignore_eos = true;  // output lengths as drawn, so both policies do the same work
+    it.arrival_s = t;
+    t += gap(rng);
+    w.push_back(std::move(it));
+  }
+  return w;
+}
+
+// N client threads take the arrivals in order; an arrival waits for a free client.
+run_result drive(const pipeline& p, const std::vector<work_item>& work, int clients, const std::string& label) {
+  run_result r;
+  r.label = label;
+  client c(p);
+  std::mutex mu;
+  std::atomic<size_t> next{0};
+  const auto t0 = clock_type::now();
+  auto worker = [&] {
+    for (;;) {
+      const size_t i = next.fetch_add(1);
+      if (i >= work.size()) return;
+      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<clock_type::duration>(
+                                             std::chrono::duration<double>(work[i].arrival_s)));
+      const auto sent = clock_type::now();
+      auto s = c.submit(work[i].spec);
+      std::vector<double> itl;
+      double ttft = -1;
+      auto last = sent;
+      completion out;
+      for (;;) {
+        auto e = s->next(std::chrono::minutes(10));
+        if (!e) break;
+        const auto now = clock_type::now();
+        if (std::holds_alternative<token_event>(*e)) {
+          if (ttft < 0)
+            ttft = ms_between(sent, now);
+          else
+            itl.push_back(ms_between(last, now));
+          last = now;
+        }
+        if (add_event(out, *e)) break;
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      ++r.requests;
+      if (!out.ok()) {
+        ++r.errors;
+        std::fprintf(stderr, "  request failed: %s: %s\n", out.error.code.c_str(), out.error.message.c_str());
+        continue;
+      }
+      r.generated += static_cast<int64_t>(out.tokens.size());
+      r.prompt_tokens += out.usage.prompt_tokens;
+      if (ttft >= 0) r.ttft_ms.push_back(ttft);
+      r.itl_ms.insert(r.itl_ms.end(), itl.begin(), itl.end());
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int k = 0; k < clients; ++k) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  r.wall_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  if (auto st = p.get_scheduler_stats(); st.ok()) r.stats = *st;
+  return r;
+}
+
+void print_run(const run_result& r) {
+  const auto& s = r.stats;
+  std::printf("\n[%s] %d requests (%d failed): %lld tokens generated (%lld prompt) in %.1f s = %.1f tokens/s\n",
+              r.label.c_str(), r.requests, r.errors, static_cast<long long>(r.generated),
+              static_cast<long long>(r.prompt_tokens), r.wall_s, r.tokens_per_s());
+  std::printf("  TTFT ms          p50 %8.1f  p95 %8.1f  p99 %8.1f\n", pct(r.ttft_ms, 50), pct(r.ttft_ms, 95),
+              pct(r.ttft_ms, 99));
+  std::printf("  inter-token ms   p50 %8.1f  p95 %8.1f  p99 %8.1f\n", pct(r.itl_ms, 50), pct(r.itl_ms, 95),
+              pct(r.itl_ms, 99));
+  const double steps = static_cast<double>(std::max<int64_t>(1, s.steps));
+  std::printf("  KV utilization   mean %5.1f%%  peak %5.1f%% of %d blocks\n", 100.0 * s.kv_util_sum / steps,
+              s.kv_blocks_total ? 100.0 * s.kv_blocks_peak / s.kv_blocks_total : 0.0, s.kv_blocks_total);
+  double mean_b = 0;
+  for (size_t b = 0; b < s.batch_hist.size(); ++b) mean_b += static_cast<double>(b) * static_cast<double>(s.batch_hist[b]);
+  mean_b /= steps;
+  std::printf("  batch size       mean %5.1f sequences over %lld steps; distribution:", mean_b,
+              static_cast<long long>(s.steps));
+  const int edges[] = {1, 2, 4, 8, 12, 16, 24, 32, 1 << 30};
+  for (size_t k = 0; k + 1 < std::size(edges); ++k) {
+    int64_t n = 0;
+    for (size_t b = static_cast<size_t>(edges[k]); b < s.batch_hist.size() && b < static_cast<size_t>(edges[k + 1]); ++b)
+      n += s.batch_hist[b];
+    if (n == 0) continue;
+    if (edges[k + 1] - edges[k] == 1)
+      std::printf(" %d:%.0f%%", edges[k], 100.0 * static_cast<double>(n) / steps);
+    else if (edges[k + 1] == 1 << 30)
+      std::printf(" %d+:%.0f%%", edges[k], 100.0 * static_cast<double>(n) / steps);
+    else
+      std::printf(" %d-%d:%.0f%%", edges[k], edges[k + 1] - 1, 100.0 * static_cast<double>(n) / steps);
+  }
+  std::printf("\n  backend step     %.1f%% of wall time (sampling %.1f%%); %lld preemptions; %lld padding tokens\n",
+              100.0 * static_cast<double>(s.forward_us) * 1e-6 / r.wall_s,
+              100.0 * static_cast<double>(s.sample_us) * 1e-6 / r.wall_s, static_cast<long long>(s.preemptions),
+              static_cast<long long>(s.pad_tokens));
+  std::fflush(stdout);
+}
+
+result<std::unique_ptr<pipeline>> start_pipeline(runtime& rt, const bench_serve_options& o,
+                                                 const std::shared_ptr<model::llama_model>& m, const std::string& policy,
+                                                 bool prefix_caching, int max_num_seqs) {
+  pipeline_config cfg;
+  cfg.scheduler.policy = policy;
+  cfg.scheduler.max_num_seqs = max_num_seqs;
+  cfg.scheduler.max_batched_tokens = o.max_batched_tokens;
+  cfg.scheduler.prefix_caching = prefix_caching;
+  cfg.cache.enabled = false;  // measure the engine, not the response cache
+  cfg.admission.max_pending = 100000;
+  cfg.admission.max_tokens_cap = 8192;
+  cfg.streamer.buffer_tokens = 0;  // the clients keep up; no flow control in the way
+  model::backend_options bo;
+  bo.n_threads = o.threads;
+  bo.kv_bytes = o.kv_mb << 20;
+  return pipeline::start(rt.system(), cfg, m, bo);
+}
+
+}  // namespace
+
+int run_bench_serve(const bench_serve_options& o) {
+  auto m = model::llama_model::load(o.model);
+  if (!m) {
+    std::fprintf(stderr, "error: %s\n", m.error().c_str());
+    return 1;
+  }
+  const auto& hp = m.value()->params();
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  std::printf("troupe bench serve: %s (%d layers, vocab %d), %d backend threads, %d clients, %d requests per run, "
+              "Poisson arrivals at %.1f/s\n",
+              o.model.c_str(), hp.n_layer, hp.n_vocab, o.threads > 0 ? o.threads : static_cast<int>(hw), o.clients,
+              o.requests, o.rate);
+  std::printf("workload: prompts %d-%d tokens; outputs %d-%d tokens (%.0f%%) or %d-%d tokens (%.0f%%)\n", o.prompt_min,
+              o.prompt_max, o.short_min, o.short_max, 100 * (1 - o.long_share), o.long_min, o.long_max,
+              100 * o.long_share);
+  runtime rt;
+  const auto work = make_workload(o, hp.n_vocab);
+  bool ok = true;
+
+  if (o.compare) {
+    std::printf("\n== 1. static vs %s, %d clients ==\n", o.policy.c_str(), o.clients);
+    std::printf("static = a dense batch: no one joins once it decodes; members that finish keep their slot\n");
+    std::vector<run_result> runs;
+    for (const std::string& pol : {std::string("static"), o.policy}) {
+      auto p = start_pipeline(rt, o, m.value(), pol, true, o.clients);
+      if (!p) {
+        std::fprintf(stderr, "error: %s\n", p.error().c_str());
+        return 1;
+      }
+      runs.push_back(drive(**p, work, o.clients, pol));
+      print_run(runs.back());
+      ok = ok && runs.back().errors == 0;
+    }
+    const double ratio = runs[0].tokens_per_s() > 0 ? runs[1].tokens_per_s() / runs[0].tokens_per_s() : 0;
+    std::printf("\n  %s / static throughput: %.2fx (target >= 2x): %s\n", o.policy.c_str(), ratio,
+                ratio >= 2.0 ? "met" : "NOT met");
+  }
+
+  if (o.overhead) {
+    std::printf("\n== 2. time outside the backend step, 16 sequences decoding ==\n");
+    auto p = start_pipeline(rt, o, m.value(), o.policy, true, 16);
+    if (!p) {
+      std::fprintf(stderr, "error: %s\n", p.error().c_str());
+      return 1;
+    }
+    std::vector<work_item> w;
+    std::mt19937 rng(static_cast<uint32_t>(o.seed));
+    for (int i = 0; i < 16; ++i) {
+      work_item it;
+      for (int k = 0; k < 16; ++k) it.spec.prompt_tokens.push_back(100 + static_cast<int32_t>(rng() % 20000));
+      it.spec.max_tokens = o.overhead_tokens;
+      it.spec.ignore_eos = true;
+      w.push_back(std::move(it));
+    }
+    auto before = (*p)->get_scheduler_stats();
+    auto r = drive(**p, w, 16, o.policy + ", 16 at once");
+    if (!before.ok()) return 1;
+    const double fwd = static_cast<double>(r.stats.forward_us - before->forward_us) * 1e-6;
+    const double smp = static_cast<double>(r.stats.sample_us - before->sample_us) * 1e-6;
+    const double outside = 1.0 - fwd / r.wall_s;
+    std::printf("  wall %.2f s, backend forward %.2f s, sampling %.2f s over %lld steps\n", r.wall_s, fwd, smp,
+                static_cast<long long>(r.stats.steps - before->steps));
+    std::printf("  outside the backend step: %.2f%% of wall time (target < 5%%): %s; of that, sampling %.2f%%, "
+                "actors, client and idle %.2f%%\n",
+                100 * outside, outside < 0.05 ? "met" : "NOT met", 100 * smp / r.wall_s,
+                100 * (r.wall_s - fwd - smp) / r.wall_s);
+    ok = ok && r.errors == 0;
+  }
+
+  if (o.prefix) {
+    std::printf("\n== 3. TTFT with a shared system prompt, prefix caching on and off ==\n");
+    static const char* words[] = {"the", "service", "answers", "questions", "about", "orders", "shipping",
+                                  "returns", "and", "accounts", "politely", "with", "short", "clear", "facts"};
+    std::string system = "You are a support assistant. Rules:";
+    std::mt19937 rng(static_cast<uint32_t>(o.seed));
+    for (int i = 0; i < o.system_words; ++i) system += std::string(" ") + words[rng() % std::size(words)];
+    double warm[2] = {0, 0}, cold[2] = {0, 0};
+    int32_t prompt_len = 0;
+    for (int on = 1; on >= 0; --on) {
+      auto p = start_pipeline(rt, o, m.value(), o.policy, on == 1, 16);
+      if (!p) {
+        std::fprintf(stderr, "error: %s\n", p.error().c_str());
+        return 1;
+      }
+      client c(**p);
+      std::vector<double> ttfts;
+      for (int i = 0; i < o.prefix_requests; ++i) {
+        request_spec s;
+        s.messages = {{"system", system}, {"user", "Question " + std::to_string(i) + ": where is my parcel?"}};
+        s.max_tokens = 2;
+        const auto t0 = clock_type::now();
+        auto st = c.submit(s);
+        double ttft = 0;
+        completion out;
+        while (auto e = st->next(std::chrono::minutes(5))) {
+          if (std::holds_alternative<token_event>(*e) && ttft == 0) ttft = ms_between(t0, clock_type::now());
+          if (add_event(out, *e)) break;
+        }
+        if (!out.ok()) {
+          std::fprintf(stderr, "  request failed: %s\n", out.error.message.c_str());
+          ok = false;
+          continue;
+        }
+        prompt_len = out.usage.prompt_tokens;
+        ttfts.push_back(ttft);
+        if (i == 0) cold[on] = ttft;
+        if (on && i == o.prefix_requests - 1)
+          std::printf("  prefix cache served %d of %d prompt tokens of the last request\n", out.usage.cached_prompt_tokens,
+                      out.usage.prompt_tokens);
+      }
+      std::vector<double> rest(ttfts.begin() + (ttfts.empty() ? 0 : 1), ttfts.end());
+      warm[on] = pct(rest, 50);
+    }
+    std::printf("  prompt %d tokens; TTFT median over requests 2..%d: with prefix caching %.1f ms, without %.1f ms "
+                "(%.1fx); first request %.1f / %.1f ms\n",
+                prompt_len, o.prefix_requests, warm[1], warm[0], warm[1] > 0 ? warm[0] / warm[1] : 0.0, cold[1],
+                cold[0]);
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,105 @@
+#include "actors/executor_state.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "model/sampler.hpp"
+
+namespace troupe::actors {
+
+namespace {
+int64_t since_us(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+executor_state::executor_state(std::unique_ptr<model::backend> be) : be_(std::move(be)) {}
+
+executor_info executor_state::info() const {
+  executor_info i;
+  i.backend = be_->name();
+  i.n_blocks = be_->n_blocks();
+  i.block_size = be_->block_size();
+  i.n_vocab = be_->params().n_vocab;
+  i.n_ctx = be_->params().n_ctx_train;
+  return i;
+}
+
+step_result executor_state::run(const step_plan& plan) {
+  step_result res;
+  res.step = plan.step;
+  model::batch b;
+  b.seqs.reserve(plan.entries.size());
+  // For each entry: its row in the batch (-1: left out because the token it refers to is missing).
+  std::vector<int> row_of(plan.entries.size(), -1);
+  std::vector<int32_t> fed_last(plan.entries.size(), -1);
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const auto& e = plan.entries[i];
+    model::batch_sequence s;
+    s.seq_id = e.seq_id;
+    s.tokens = e.tokens;
+    if (e.feed_last_sample) {
+      auto it = last_sample_.find(e.seq_id);
+      if (it == last_sample_.end()) continue;  // the step it refers to failed
+      s.tokens.push_back(it->second);
+      fed_last[i] = it->second;
+    }
+    s.n_past = e.n_past;
+    s.block_table = e.block_table;
+    s.want_logits = e.sample;
+    row_of[i] = static_cast<int>(b.seqs.size());
+    b.seqs.push_back(std::move(s));
+  }
+  last_sample_.clear();
+
+  const auto t0 = std::chrono::steady_clock::now();
+  result<model::batch_logits> out = b.seqs.empty() ? result<model::batch_logits>(model::batch_logits{})
+                                                          : be_->forward(b);
+  res.forward_us = since_us(t0);
+  if (!out) {
+    res.error = out.error();
+    return res;
+  }
+
+  const auto t1 = std::chrono::steady_clock::now();
+  const int32_t n_vocab = out->n_vocab;
+  size_t logit_row = 0;
+  std::vector<int32_t> recent;
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const auto& e = plan.entries[i];
+    if (!e.sample) continue;
+    sampled_token t;
+    t.seq_id = e.seq_id;
+    if (row_of[i] < 0) {
+      res.samples.push_back(std::move(t));  // token -1: the scheduler fails this sequence
+      continue;
+    }
+    const float* logits = out->row(logit_row++);
+    const std::vector<int32_t>* window = &e.recent;
+    if (fed_last[i] >= 0 && !e.recent.empty()) {
+      recent = e.recent;
+      recent.push_back(fed_last[i]);
+      window = &recent;
+    }
+    const auto& p = e.sampling;
+    const bool plain_greedy = p.temperature <= 0.0f && p.n_logprobs == 0 && !e.logprob &&
+                              p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f;
+    if (plain_greedy) {
+      // What sample_token would pick (the first maximum), without the log-softmax over the
+      // whole vocabulary that only the logprob needs: that costs more than the rest of a
+      // decode step's bookkeeping together.
+      t.token = static_cast<int32_t>(std::max_element(logits, logits + n_vocab) - logits);
+    } else {
+      auto s = model::sample_token(logits, n_vocab, p, *window, e.n_generated);
+      t.token = s.token;
+      t.logprob = s.logprob;
+      t.top = std::move(s.top);
+    }
+    last_sample_[e.seq_id] = t.token;
+    res.samples.push_back(std::move(t));
+  }
+  res.sample_us = since_us(t1);
+  return res;
+}
+
+}  // namespace troupe::actors

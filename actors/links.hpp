@@ -1,0 +1,52 @@
+#pragma once
+// How the pipeline's actors find each other. The supervisor hands every actor the current
+// handles (again after it restarts one), and the client reads them from a shared cell. The
+// handles are untyped here so that interface headers need not include each other; each actor
+// casts to the typed interface it talks to. Also the atoms every actor understands.
+#include <memory>
+#include <mutex>
+
+#include <caf/actor.hpp>
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+
+namespace troupe::actors {
+
+using links_atom = caf::atom_constant<caf::atom("links")>;  // here are your peers
+using stats_atom = caf::atom_constant<caf::atom("stats")>;  // report your numbers
+// To the supervisor: this actor (handle) failed for this reason; replace it if it is current.
+using restart_atom = caf::atom_constant<caf::atom("restart")>;
+
+struct pipeline_links {
+  caf::actor admission;
+  caf::actor cache;
+  caf::actor scheduler;
+  caf::actor executor;
+  caf::actor streamer;
+  caf::actor supervisor;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pipeline_links& x) {
+  return f(caf::meta::type_name("pipeline_links"), x.admission, x.cache, x.scheduler, x.executor, x.streamer,
+           x.supervisor);
+}
+
+// The current links, readable from any thread; the supervisor writes it.
+class links_cell {
+ public:
+  pipeline_links get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return links_;
+  }
+  void set(pipeline_links l) {
+    std::lock_guard<std::mutex> lock(mu_);
+    links_ = std::move(l);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  pipeline_links links_;
+};
+
+}  // namespace troupe::actors

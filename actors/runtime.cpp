@@ -1,0 +1,54 @@
+#include "actors/runtime.hpp"
+
+#include <caf/all.hpp>
+
+#include "actors/admission.hpp"
+#include "actors/cache.hpp"
+#include "actors/executor.hpp"
+#include "actors/scheduler.hpp"
+#include "actors/streamer.hpp"
+
+namespace troupe::actors {
+
+void add_message_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<model::sampling_params>("troupe.sampling_params");
+  cfg.add_message_type<model::token_logprob>("troupe.token_logprob");
+  cfg.add_message_type<chat_message>("troupe.chat_message");
+  cfg.add_message_type<request_spec>("troupe.request_spec");
+  cfg.add_message_type<usage_info>("troupe.usage_info");
+  cfg.add_message_type<timing_info>("troupe.timing_info");
+  cfg.add_message_type<token_event>("troupe.token_event");
+  cfg.add_message_type<done_event>("troupe.done_event");
+  cfg.add_message_type<error_event>("troupe.error_event");
+  cfg.add_message_type<admitted_request>("troupe.admitted_request");
+  cfg.add_message_type<step_entry>("troupe.step_entry");
+  cfg.add_message_type<step_plan>("troupe.step_plan");
+  cfg.add_message_type<sampled_token>("troupe.sampled_token");
+  cfg.add_message_type<step_result>("troupe.step_result");
+  cfg.add_message_type<token_out>("troupe.token_out");
+  cfg.add_message_type<seq_finished>("troupe.seq_finished");
+  cfg.add_message_type<seq_failed>("troupe.seq_failed");
+  cfg.add_message_type<step_output>("troupe.step_output");
+  cfg.add_message_type<stream_open>("troupe.stream_open");
+  cfg.add_message_type<cache_replay>("troupe.cache_replay");
+  cfg.add_message_type<closed_stream>("troupe.closed_stream");
+  cfg.add_message_type<executor_info>("troupe.executor_info");
+  cfg.add_message_type<scheduler_stats>("troupe.scheduler_stats");
+  cfg.add_message_type<streamer_stats>("troupe.streamer_stats");
+  cfg.add_message_type<admission_stats>("troupe.admission_stats");
+  cfg.add_message_type<cache_stats>("troupe.cache_stats");
+  cfg.add_message_type<submit_reply>("troupe.submit_reply");
+  cfg.add_message_type<pipeline_links>("troupe.pipeline_links");
+  cfg.add_message_type<event_sink>("troupe.event_sink");
+}
+
+runtime::runtime(runtime_options o) {
+  add_message_types(cfg_);
+  const int threads = o.scheduler_threads > 0 ? o.scheduler_threads : 2;
+  cfg_.set("scheduler.max-threads", threads);
+  sys_ = std::make_unique<caf::actor_system>(cfg_);
+}
+
+runtime::~runtime() { sys_.reset(); }
+
+}  // namespace troupe::actors

@@ -1,0 +1,31 @@
+#pragma once
+// The CAF side of a process that runs a pipeline: every message type registered (they cross
+// the network once executors or clients live elsewhere) and the scheduler sized for this
+// machine. CAF's default of max(cores, 4) worker threads would compete with the executor's
+// own thread pool on small machines.
+#include <memory>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+namespace troupe::actors {
+
+// Registers every message type of the pipeline with `cfg`.
+void add_message_types(caf::actor_system_config& cfg);
+
+struct runtime_options {
+  int scheduler_threads = 0;  // CAF worker threads; 0: 2 (the executor runs on its own thread)
+};
+
+class runtime {
+ public:
+  explicit runtime(runtime_options o = {});
+  ~runtime();
+  caf::actor_system& system() { return *sys_; }
+
+ private:
+  caf::actor_system_config cfg_;
+  std::unique_ptr<caf::actor_system> sys_;
+};
+
+}  // namespace troupe::actors

@@ -1,0 +1,195 @@
+#pragma once
+// The scheduler's decisions, without CAF: waiting and running sequences, the KV block manager,
+// and the two calls of the engine loop: plan() produces the next step as a plain value, apply()
+// takes the executor's result. Iteration-level continuous batching with chunked prefill under a
+// token budget, automatic prefix caching, preemption by recompute, and a policy object (chosen
+// by name) that orders the queues. The scheduler actor is a thin shell around this class.
+//
+// Pipelining: plan() may be called again while a step is in flight (up to
+// max_steps_in_flight). A sequence whose last sample is still in flight then feeds that
+// sample by reference (step_entry::feed_last_sample), so the executor never waits for the
+// scheduler between steps. A sequence that ends in step N may thus compute one wasted token in
+// step N+1; its blocks are freed at once, which is safe because the executor runs steps in order
+// and nothing reads a position before a later step writes it.
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <caf/meta/type_name.hpp>
+
+#include "actors/request.hpp"
+#include "actors/scheduling_policy.hpp"
+#include "actors/step.hpp"
+#include "model/kv_manager.hpp"
+
+namespace troupe::actors {
+
+struct scheduler_config {
+  // Tokens fed per step: prompt chunks plus one per decode. A larger budget prefills faster but
+  // stalls every decoding stream for longer (on 2 CPU cores a 256-token chunk takes ~1 s).
+  int32_t max_batched_tokens = 256;
+  int32_t max_num_seqs = 32;         // sequences holding KV memory at once (running or paused)
+  bool prefix_caching = true;        // share full KV blocks between requests with equal prefixes
+  int32_t max_steps_in_flight = 2;   // 2: plan step N+1 while step N runs; 1: strictly alternate
+  std::string policy = "fcfs";       // a name in policy_registry::global()
+  policy_options policy_opts;        // that policy's knobs
+};
+
+// The shape of the executor's KV memory.
+struct kv_geometry {
+  int32_t n_blocks = 0;
+  int32_t block_size = 16;
+  int32_t max_positions = 0;  // the model's context: no sequence grows past it; 0: no limit
+};
+
+struct scheduler_stats {
+  std::string policy;
+  int32_t waiting = 0;
+  int32_t running = 0;               // holding KV, including paused
+  int32_t paused = 0;
+  int32_t steps_in_flight = 0;
+  int32_t kv_blocks_total = 0;
+  int32_t kv_blocks_used = 0;        // referenced by a sequence
+  int32_t kv_blocks_cached = 0;      // holding a hashed prefix (used or evictable)
+  int32_t kv_blocks_available = 0;   // free or evictable; equals total when idle
+  int32_t kv_blocks_peak = 0;
+  double kv_util_sum = 0;            // sum over steps of used/total (divide by steps)
+  int64_t steps = 0;
+  int64_t tokens_fed = 0;            // prompt chunk and decode tokens fed to the executor
+  int64_t tokens_sampled = 0;
+  int64_t prompt_tokens = 0;         // prompt tokens of admitted sequences (first admission)
+  int64_t prefix_hit_tokens = 0;     // of those, tokens whose KV came from the prefix cache
+  int64_t preemptions = 0;
+  int64_t pad_tokens = 0;            // fed for finished members of a dense (static) batch
+  int64_t finished = 0;
+  int64_t failed = 0;
+  int64_t dropped = 0;
+  int64_t forward_us = 0;            // sum of the executor's backend time
+  int64_t sample_us = 0;
+  std::vector<int64_t> batch_hist;   // steps by number of sequences in the step
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
+  return f(caf::meta::type_name("scheduler_stats"), x.policy, x.waiting, x.running, x.paused, x.steps_in_flight,
+           x.kv_blocks_total, x.kv_blocks_used, x.kv_blocks_cached, x.kv_blocks_available, x.kv_blocks_peak,
+           x.kv_util_sum, x.steps, x.tokens_fed, x.tokens_sampled, x.prompt_tokens, x.prefix_hit_tokens,
+           x.preemptions, x.pad_tokens, x.finished, x.failed, x.dropped, x.forward_us, x.sample_us, x.batch_hist);
+}
+
+class scheduler_state {
+ public:
+  scheduler_state(scheduler_config cfg, kv_geometry geo, std::unique_ptr<scheduling_policy> policy);
+
+  // Queues a request. One that can never fit the KV memory fails at once (see take_output).
+  void enqueue(admitted_request r, int64_t now_us);
+  // Forgets a request whose stream the streamer closed (cancel, stop string, slow consumer,
+  // consumer gone) and frees its blocks now. An id not seen yet is remembered for a minute, in
+  // case the request is still on its way from admission.
+  void drop(uint64_t id, int64_t now_us);
+  // Flow control from the streamer: a paused sequence keeps its KV but is not scheduled.
+  void pause(uint64_t id);
+  void resume(uint64_t id);
+
+  // The next step, or nothing when there is no work or enough steps are in flight.
+  std::optional<step_plan> plan(int64_t now_us);
+  // Takes the executor's answer for the oldest step in flight.
+  void apply(const step_result& r, int64_t now_us);
+  // The executor failed (or its step failed or timed out) and will be replaced, losing its KV
+  // memory: requests that started fail with `reason`; requests that had not started stay queued.
+  void reset_executor(const std::string& reason);
+  // Fails every request (there is no executor any more).
+  void fail_all(const std::string& code, const std::string& message);
+  // Ends requests whose deadline passed: queued ones fail (errc::deadline), started ones
+  // finish with finish::deadline.
+  void expire(int64_t now_us);
+
+  // Tokens and endings produced since the last call, for the streamer.
+  step_output take_output();
+
+  bool empty() const { return seqs_.empty(); }
+  int32_t steps_in_flight() const { return static_cast<int32_t>(inflight_.size()); }
+  bool can_plan() const { return steps_in_flight() < cfg_.max_steps_in_flight; }
+  scheduler_stats stats() const;
+  const model::kv_manager& kv() const { return kv_; }
+  const scheduler_config& config() const { return cfg_; }
+  const scheduling_policy& policy() const { return *policy_; }
+
+ private:
+  enum class phase { waiting, running };
+  struct seq {
+    admitted_request req;
+    std::vector<int32_t> tokens;     // prompt, then the generated tokens known so far
+    int32_t n_prompt = 0;
+    int32_t generated = 0;           // known generated tokens
+    int32_t pending_samples = 0;     // samples in flight
+    int32_t n_computed = 0;          // positions whose KV is written (current kv_epoch)
+    int32_t n_scheduled = 0;         // positions written or being written (current kv_epoch)
+    uint32_t kv_epoch = 0;           // bumped on preemption: in-flight KV writes stop counting
+    phase ph = phase::waiting;
+    bool has_kv = false;
+    bool paused = false;
+    bool started = false;            // was ever scheduled
+    bool pad = false;                // finished, but holding its slot in a dense batch
+    int32_t cached_prompt = 0;       // prompt tokens served by the prefix cache (first admission)
+    int64_t first_scheduled_us = 0;
+    int32_t preemptions = 0;
+  };
+  struct inflight_entry {
+    uint64_t id;
+    uint32_t kv_epoch;
+    int32_t n_fed;
+    bool sample;
+    bool pad;                        // padding of a dense batch
+  };
+  struct inflight_step {
+    uint64_t step;
+    std::vector<inflight_entry> entries;
+  };
+  // A step being put together by plan().
+  struct draft {
+    std::vector<step_entry> entries;
+    std::unordered_set<uint64_t> ids;
+    std::unordered_set<uint64_t> pads;
+    int32_t budget = 0;
+  };
+
+  seq_view view(const seq& s) const;
+  void sort_by_policy(std::vector<uint64_t>& ids, int64_t now_us) const;
+  int32_t virtual_len(const seq& s) const { return static_cast<int32_t>(s.tokens.size()) + s.pending_samples; }
+  bool done_sampling(const seq& s) const { return s.generated + s.pending_samples >= s.req.max_tokens; }
+  step_entry make_entry(seq& s, int32_t n, int64_t now_us) const;
+  void unschedule(draft& d, uint64_t id);
+  void preempt(uint64_t id);
+  std::optional<uint64_t> kv_victim(const draft& d, uint64_t for_id) const;
+  std::optional<uint64_t> priority_victim(const seq& waiting, int64_t now_us) const;
+  void finish(uint64_t id, const std::string& reason);
+  void fail(uint64_t id, const std::string& code, const std::string& message);
+  void remove(uint64_t id);
+  void release_pads_if_batch_done();
+  step_entry make_pad_entry(const seq& s) const;
+  void take_sample(seq& s, const sampled_token& t);
+  int32_t blocks_for(int64_t n_tokens) const {
+    return static_cast<int32_t>((n_tokens + geo_.block_size - 1) / geo_.block_size);
+  }
+
+  scheduler_config cfg_;
+  kv_geometry geo_;
+  std::unique_ptr<scheduling_policy> policy_;
+  model::kv_manager kv_;
+  std::unordered_map<uint64_t, seq> seqs_;
+  std::vector<uint64_t> waiting_;
+  std::vector<uint64_t> running_;
+  std::deque<inflight_step> inflight_;
+  std::unordered_map<uint64_t, int64_t> tombstones_;  // dropped before they arrived: id -> when
+  uint64_t next_step_ = 1;
+  step_output out_;
+  scheduler_stats st_;
+};
+
+}  // namespace troupe::actors

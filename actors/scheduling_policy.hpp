@@ -1,0 +1,105 @@
+#pragma once
+// A scheduling policy is an object the scheduler consults; it never mutates scheduler state.
+// It answers three questions: in which order are sequences served (waiting ones joining the
+// batch, and running ones keeping their place when KV memory runs short), may new sequences
+// join the running batch now, and may a waiting sequence preempt a running one.
+//
+// Policies register by name in a registry (a duplicate name is an error; an unknown name lists
+// the known ones), and the scheduler's config names one. The built-ins live in policies/.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "model/result.hpp"
+
+namespace troupe::actors {
+
+// What a policy may look at of a sequence: plain numbers, no pointers into scheduler state.
+struct seq_view {
+  uint64_t id = 0;
+  int64_t arrival_us = 0;      // admission time (steady clock)
+  int32_t priority = 0;        // request field; higher is more important
+  int32_t prompt_tokens = 0;
+  int32_t generated = 0;       // tokens generated so far (known or in flight)
+  int32_t max_tokens = 0;
+  int32_t to_compute = 0;      // tokens whose KV must still be computed before the next sample
+};
+
+// The running batch, as admission of new sequences sees it.
+struct batch_view {
+  int32_t n_running = 0;       // sequences holding KV (running or paused)
+  int32_t n_decoding = 0;      // of those, how many have started generating
+  int32_t max_num_seqs = 0;
+};
+
+class scheduling_policy {
+ public:
+  virtual ~scheduling_policy() = default;
+  virtual std::string name() const = 0;
+  // A strict weak order: true when `a` is served before `b` at time `now_us`. The last running
+  // sequence in this order is the first preempted when KV blocks run out.
+  virtual bool before(const seq_view& a, const seq_view& b, int64_t now_us) const = 0;
+  // Whether waiting sequences may join the batch now.
+  virtual bool admits_new(const batch_view&) const { return true; }
+  // Whether `waiting` may take the batch slot or the KV blocks of `running`.
+  virtual bool may_preempt(const seq_view& /*waiting*/, const seq_view& /*running*/) const { return false; }
+  // Whether the batch is dense, as in classic static batching on an accelerator: a member that
+  // finishes early keeps its slot and keeps being computed (its output discarded) until the
+  // batch's last member finishes. Its stream still ends on time.
+  virtual bool pads_finished() const { return false; }
+};
+
+// Numeric knobs of a policy, by name (e.g. "aging_tokens_per_s" for sjf). A policy documents
+// the keys it reads where it is defined; keys it does not know make its factory fail.
+struct policy_options {
+  std::map<std::string, double> values;
+  double get(const std::string& key, double fallback) const {
+    auto it = values.find(key);
+    return it == values.end() ? fallback : it->second;
+  }
+};
+
+using policy_factory = std::function<result<std::unique_ptr<scheduling_policy>>(const policy_options&)>;
+
+class policy_registry {
+ public:
+  // The process-wide registry, holding the built-in policies from its first use.
+  static policy_registry& global();
+  // An empty registry (tests inject fakes here).
+  policy_registry() = default;
+
+  status add(const std::string& name, policy_factory f);
+  result<std::unique_ptr<scheduling_policy>> make(const std::string& name, const policy_options& o = {}) const;
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, policy_factory> factories_;
+};
+
+// For policies outside the tree (examples/, plugins): registers at static initialization and
+// throws std::logic_error on a duplicate name, which stops the program at startup.
+struct register_policy {
+  register_policy(const std::string& name, policy_factory f);
+};
+
+// Checks `options` only holds keys from `known`; the error names the first stranger and the
+// policy's keys.
+status check_policy_keys(const std::string& policy, const policy_options& options,
+                         const std::vector<std::string>& known);
+
+namespace policies {
+// Defined in policies/*.cpp; called by policy_registry::global() (a static-library object file
+// with only a static registrar in it would never be linked in).
+void add_fcfs(policy_registry& r);
+void add_priority(policy_registry& r);
+void add_sjf(policy_registry& r);
+void add_static(policy_registry& r);
+}  // namespace policies
+
+}  // namespace troupe::actors

@@ -1,0 +1,132 @@
+#pragma once
+// The plain values of one engine step (see DESIGN.md, "The engine step"):
+//   step_plan    scheduler → executor: which sequences run, the tokens each feeds, block tables
+//   step_result  executor → scheduler: per sampling sequence the sampled token and its logprob
+//   step_output  scheduler → streamer: new tokens per request, and requests that ended
+// No pointers into anybody's state; all have `inspect`, so an executor may live on another host.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/meta/type_name.hpp>
+
+#include "actors/request.hpp"
+#include "model/sampler.hpp"
+
+namespace troupe::actors {
+
+struct step_entry {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> tokens;       // tokens fed this step (a prompt chunk, or a known last token)
+  // Also feed, after `tokens`, the token this executor sampled for the sequence in the step just
+  // before this one. That is how the scheduler plans step N+1 while step N still runs.
+  bool feed_last_sample = false;
+  int32_t n_past = 0;                // tokens of the sequence already in KV memory
+  std::vector<int32_t> block_table;  // covers n_past + fed tokens
+  bool sample = false;               // sample a token from the last fed position
+  model::sampling_params sampling;
+  bool logprob = false;              // the sample's logprob is wanted
+  std::vector<int32_t> recent;       // penalty window (only sent when a penalty is on)
+  int64_t n_generated = 0;           // tokens generated before this sample (selects the draw)
+
+  int32_t n_fed() const { return static_cast<int32_t>(tokens.size()) + (feed_last_sample ? 1 : 0); }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_entry& x) {
+  return f(caf::meta::type_name("step_entry"), x.seq_id, x.tokens, x.feed_last_sample, x.n_past, x.block_table,
+           x.sample, x.sampling, x.logprob, x.recent, x.n_generated);
+}
+
+struct step_plan {
+  uint64_t step = 0;                 // increasing per scheduler
+  std::vector<step_entry> entries;
+  int32_t n_tokens() const {
+    int32_t n = 0;
+    for (const auto& e : entries) n += e.n_fed();
+    return n;
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_plan& x) {
+  return f(caf::meta::type_name("step_plan"), x.step, x.entries);
+}
+
+struct sampled_token {
+  uint64_t seq_id = 0;
+  int32_t token = -1;
+  float logprob = 0;
+  std::vector<model::token_logprob> top;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
+  return f(caf::meta::type_name("sampled_token"), x.seq_id, x.token, x.logprob, x.top);
+}
+
+struct step_result {
+  uint64_t step = 0;
+  std::vector<sampled_token> samples;  // one per entry with `sample`, in plan order
+  std::string error;                   // non-empty: the backend refused the step (nothing sampled)
+  int64_t forward_us = 0;              // time inside backend::forward
+  int64_t sample_us = 0;               // time spent sampling
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_result& x) {
+  return f(caf::meta::type_name("step_result"), x.step, x.samples, x.error, x.forward_us, x.sample_us);
+}
+
+// --- scheduler → streamer ----------------------------------------------------------------
+
+struct token_out {
+  uint64_t id = 0;
+  int32_t token = -1;
+  float logprob = 0;
+  std::vector<model::token_logprob> top;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_out& x) {
+  return f(caf::meta::type_name("token_out"), x.id, x.token, x.logprob, x.top);
+}
+
+struct seq_finished {
+  uint64_t id = 0;
+  std::string reason;                // finish::stop, finish::length, finish::deadline
+  usage_info usage;
+  double queue_ms = 0;
+  int32_t preemptions = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, seq_finished& x) {
+  return f(caf::meta::type_name("seq_finished"), x.id, x.reason, x.usage, x.queue_ms, x.preemptions);
+}
+
+struct seq_failed {
+  uint64_t id = 0;
+  std::string code;                  // errc::*
+  std::string message;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, seq_failed& x) {
+  return f(caf::meta::type_name("seq_failed"), x.id, x.code, x.message);
+}
+
+// What one scheduler event produced; the streamer handles tokens, then finishes, then failures.
+struct step_output {
+  std::vector<token_out> tokens;
+  std::vector<seq_finished> finished;
+  std::vector<seq_failed> failed;
+  bool empty() const { return tokens.empty() && finished.empty() && failed.empty(); }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_output& x) {
+  return f(caf::meta::type_name("step_output"), x.tokens, x.finished, x.failed);
+}
+
+}  // namespace troupe::actors

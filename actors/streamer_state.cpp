@@ -1,0 +1,214 @@
+#include "actors/streamer_state.hpp"
+
+#include <algorithm>
+
+namespace troupe::actors {
+
+streamer_state::streamer_state(streamer_config cfg, std::shared_ptr<const text_codec> codec)
+    : cfg_(cfg), codec_(std::move(codec)) {}
+
+void streamer_state::open(const stream_open& o) {
+  if (streams_.count(o.id)) return;
+  stream s;
+  s.info = o;
+  s.dec = codec_->decoder();
+  s.stops = model::stop_matcher(o.stop);
+  streams_.emplace(o.id, std::move(s));
+}
+
+void streamer_state::token(stream& s, const token_out& t, int64_t now_us) {
+  if (s.ending) return;
+  token_event ev;
+  ev.request_id = s.info.id;
+  ev.index = s.next_index++;
+  ev.token = t.token;
+  ev.text = s.stops.push(s.dec->push(t.token));
+  ev.logprob = t.logprob;
+  ev.top = t.top;
+  s.tokens.push_back(t.token);
+  s.logprobs.push_back(t.logprob);
+  if (s.first_token_us == 0) s.first_token_us = now_us;
+  s.pending.emplace_back(std::move(ev));
+  ++s.pending_tokens;
+  if (s.stops.stopped()) {
+    // The stop string is found: the scheduler can forget the sequence now.
+    if (!s.from_cache) fx_.drop.push_back(s.info.id);
+    end(s, finish::stop, {}, 0, 0, now_us);
+    return;
+  }
+  pump(s);
+}
+
+void streamer_state::end(stream& s, const std::string& reason, const usage_info& u, double queue_ms,
+                         int32_t preemptions, int64_t now_us) {
+  if (s.ending) return;
+  done_event d;
+  d.request_id = s.info.id;
+  d.finish_reason = reason;
+  if (!s.stops.stopped()) d.text = s.stops.push(s.dec->flush()) + s.stops.flush();
+  d.usage.prompt_tokens = s.info.prompt_tokens;
+  d.usage.completion_tokens = s.next_index;
+  d.usage.cached_prompt_tokens = u.cached_prompt_tokens;
+  d.timings.queue_ms = queue_ms;
+  d.timings.ttft_ms = s.first_token_us ? static_cast<double>(s.first_token_us - s.info.arrival_us) / 1000.0 : 0.0;
+  d.timings.total_ms = static_cast<double>(now_us - s.info.arrival_us) / 1000.0;
+  d.timings.preemptions = preemptions;
+  d.cached = s.from_cache;
+  s.pending.emplace_back(std::move(d));
+  s.ending = true;
+  s.finish_reason = reason;
+  pump(s);
+}
+
+void streamer_state::pump(stream& s) {
+  const int32_t cap = cfg_.buffer_tokens;
+  while (!s.pending.empty()) {
+    auto& front = s.pending.front();
+    const bool is_token = std::holds_alternative<token_event>(front);
+    if (is_token && cap > 0 && s.unacked >= cap) break;
+    fx_.events.push_back(std::move(front));
+    s.pending.pop_front();
+    if (is_token) {
+      ++s.unacked;
+      --s.pending_tokens;
+      ++st_.token_events;
+    } else {
+      close(s.info.id, false);  // the done event went out: the stream is over
+      return;
+    }
+  }
+  if (cap <= 0) return;
+  // While the done event waits behind tokens, the sequence is gone from the scheduler already.
+  const bool live = !s.from_cache && !s.ending;
+  if (!s.paused && buffered(s) >= cap) {
+    s.paused = true;
+    ++s.pause_serial;
+    ++st_.pauses;
+    if (live) fx_.pause.push_back(s.info.id);
+    if (cfg_.slow_consumer_timeout_ms > 0) fx_.slow_checks.emplace_back(s.info.id, s.pause_serial);
+  } else if (s.paused && buffered(s) <= cap / 2) {
+    s.paused = false;
+    if (live) fx_.resume.push_back(s.info.id);
+  }
+}
+
+void streamer_state::close(uint64_t id, bool /*delivered_error*/) {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  auto& s = it->second;
+  closed_stream c;
+  c.id = id;
+  c.finish_reason = s.finish_reason;
+  c.tokens = std::move(s.tokens);
+  c.logprobs = std::move(s.logprobs);
+  c.cached = s.from_cache;
+  fx_.closed.push_back(std::move(c));
+  ++st_.streams_closed;
+  streams_.erase(it);
+}
+
+void streamer_state::on_output(const step_output& o, int64_t now_us) {
+  for (const auto& t : o.tokens)
+    if (auto it = streams_.find(t.id); it != streams_.end()) token(it->second, t, now_us);
+  for (const auto& f : o.finished)
+    if (auto it = streams_.find(f.id); it != streams_.end())
+      end(it->second, f.reason, f.usage, f.queue_ms, f.preemptions, now_us);
+  for (const auto& f : o.failed) fail(f.id, f.code, f.message);
+}
+
+void streamer_state::on_replay(const cache_replay& r, int64_t now_us) {
+  auto it = streams_.find(r.id);
+  if (it == streams_.end()) return;
+  it->second.from_cache = true;
+  for (size_t i = 0; i < r.tokens.size(); ++i) {
+    it = streams_.find(r.id);
+    if (it == streams_.end() || it->second.ending) return;
+    token_out t;
+    t.id = r.id;
+    t.token = r.tokens[i];
+    t.logprob = i < r.logprobs.size() ? r.logprobs[i] : 0.0f;
+    token(it->second, t, now_us);
+  }
+  it = streams_.find(r.id);
+  if (it != streams_.end()) end(it->second, r.finish_reason, {}, 0, 0, now_us);
+}
+
+void streamer_state::on_ack(uint64_t id, int32_t n, int64_t) {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  it->second.unacked = std::max(0, it->second.unacked - n);
+  pump(it->second);
+}
+
+void streamer_state::cancel(uint64_t id, int64_t now_us) {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  auto& s = it->second;
+  if (!s.ending && !s.from_cache) fx_.drop.push_back(id);
+  s.pending.clear();
+  s.pending_tokens = 0;
+  s.ending = false;
+  s.finish_reason.clear();
+  // Whatever the stream had, it ends as cancelled now; the held-back text is not released.
+  s.stops = model::stop_matcher(std::vector<std::string>{});
+  s.dec = codec_->decoder();
+  end(s, finish::cancelled, {}, 0, 0, now_us);
+}
+
+void streamer_state::consumer_gone(uint64_t id) {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  if (!it->second.ending && !it->second.from_cache) fx_.drop.push_back(id);
+  it->second.finish_reason = finish::cancelled;
+  close(id, false);
+}
+
+void streamer_state::fail(uint64_t id, const std::string& code, const std::string& message) {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  auto& s = it->second;
+  s.pending.clear();
+  s.pending_tokens = 0;
+  fx_.events.emplace_back(error_event{id, code, message, 0});
+  s.finish_reason.clear();
+  close(id, true);
+}
+
+void streamer_state::fail_all(const std::string& code, const std::string& message) {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, s] : streams_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (auto id : ids) fail(id, code, message);
+}
+
+void streamer_state::check_slow(uint64_t id, uint64_t serial, int64_t now_us) {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  auto& s = it->second;
+  if (!s.paused || s.pause_serial != serial) return;
+  ++st_.slow_consumers;
+  if (!s.ending && !s.from_cache) fx_.drop.push_back(id);
+  s.pending.clear();
+  s.pending_tokens = 0;
+  s.unacked = 0;  // the done event must not wait for credit
+  s.ending = false;
+  s.stops = model::stop_matcher(std::vector<std::string>{});
+  s.dec = codec_->decoder();
+  s.paused = false;
+  end(s, finish::slow_consumer, {}, 0, 0, now_us);
+}
+
+streamer_effects streamer_state::take_effects() {
+  streamer_effects e;
+  std::swap(e, fx_);
+  return e;
+}
+
+streamer_stats streamer_state::stats() const {
+  streamer_stats s = st_;
+  s.open_streams = static_cast<int32_t>(streams_.size());
+  for (const auto& [id, x] : streams_) s.paused_streams += x.paused ? 1 : 0;
+  return s;
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,160 @@
+#pragma once
+// The streamer's decisions, without CAF: per request, incremental detokenization, stop strings
+// (text that could start a stop string is held back), and flow control. Each stream may have
+// `buffer_tokens` token events that its consumer has not acknowledged yet; beyond that, events
+// wait here and the sequence is paused in the scheduler; it resumes when the consumer has caught
+// up to half the buffer. A stream paused for longer than `slow_consumer_timeout_ms` ends with
+// finish_reason slow_consumer. The streamer actor carries out the effects this class lists.
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include <caf/meta/type_name.hpp>
+
+#include "actors/request.hpp"
+#include "actors/step.hpp"
+#include "actors/text_codec.hpp"
+#include "model/stop_matcher.hpp"
+
+namespace troupe::actors {
+
+struct streamer_config {
+  int32_t buffer_tokens = 64;               // unacknowledged token events per stream; 0: no flow control
+  int64_t slow_consumer_timeout_ms = 30000; // paused this long: the stream ends (slow_consumer)
+};
+
+// What admission tells the streamer about a new stream.
+struct stream_open {
+  uint64_t id = 0;
+  int64_t arrival_us = 0;
+  int32_t prompt_tokens = 0;
+  std::vector<std::string> stop;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stream_open& x) {
+  return f(caf::meta::type_name("stream_open"), x.id, x.arrival_us, x.prompt_tokens, x.stop);
+}
+
+// A response from the cache, to be streamed as if generated.
+struct cache_replay {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::string finish_reason;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cache_replay& x) {
+  return f(caf::meta::type_name("cache_replay"), x.id, x.tokens, x.logprobs, x.finish_reason);
+}
+
+// A stream that ended, for admission (queue accounting) and the cache (storing answers).
+struct closed_stream {
+  uint64_t id = 0;
+  std::string finish_reason;        // empty when the request failed
+  std::vector<int32_t> tokens;      // the completion's tokens
+  std::vector<float> logprobs;
+  bool cached = false;              // it was itself a cache replay
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, closed_stream& x) {
+  return f(caf::meta::type_name("closed_stream"), x.id, x.finish_reason, x.tokens, x.logprobs, x.cached);
+}
+
+struct streamer_stats {
+  int32_t open_streams = 0;
+  int32_t paused_streams = 0;
+  int64_t token_events = 0;
+  int64_t streams_closed = 0;
+  int64_t slow_consumers = 0;
+  int64_t pauses = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, streamer_stats& x) {
+  return f(caf::meta::type_name("streamer_stats"), x.open_streams, x.paused_streams, x.token_events,
+           x.streams_closed, x.slow_consumers, x.pauses);
+}
+
+using stream_event = std::variant<token_event, done_event, error_event>;
+
+// What the actor must do after a call; every list in order.
+struct streamer_effects {
+  std::vector<stream_event> events;         // to each event's consumer (request_id says whose)
+  std::vector<uint64_t> pause;              // scheduler: stop scheduling these
+  std::vector<uint64_t> resume;             // scheduler: schedule these again
+  std::vector<uint64_t> drop;               // scheduler: forget these (stream closed here)
+  std::vector<closed_stream> closed;        // admission and cache
+  std::vector<std::pair<uint64_t, uint64_t>> slow_checks;  // (id, serial): call check_slow after the timeout
+  bool empty() const {
+    return events.empty() && pause.empty() && resume.empty() && drop.empty() && closed.empty() && slow_checks.empty();
+  }
+};
+
+class streamer_state {
+ public:
+  streamer_state(streamer_config cfg, std::shared_ptr<const text_codec> codec);
+
+  void open(const stream_open& o);
+  bool is_open(uint64_t id) const { return streams_.count(id) != 0; }
+  // From the scheduler.
+  void on_output(const step_output& o, int64_t now_us);
+  // From the cache.
+  void on_replay(const cache_replay& r, int64_t now_us);
+  // From the consumer: it has taken `n` more token events.
+  void on_ack(uint64_t id, int32_t n, int64_t now_us);
+  // From the consumer: it wants no more.
+  void cancel(uint64_t id, int64_t now_us);
+  // The consumer is gone: end quietly.
+  void consumer_gone(uint64_t id);
+  // A failure for a stream (from admission, the cache, or the actor itself).
+  void fail(uint64_t id, const std::string& code, const std::string& message);
+  // Fails every open stream.
+  void fail_all(const std::string& code, const std::string& message);
+  // The timer of a pause fired.
+  void check_slow(uint64_t id, uint64_t serial, int64_t now_us);
+
+  streamer_effects take_effects();
+  streamer_stats stats() const;
+  const streamer_config& config() const { return cfg_; }
+
+ private:
+  struct stream {
+    stream_open info;
+    std::unique_ptr<incremental_decoder> dec;
+    model::stop_matcher stops;
+    int32_t next_index = 0;
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    std::deque<stream_event> pending;  // waiting for the consumer
+    int32_t pending_tokens = 0;
+    int32_t unacked = 0;
+    bool paused = false;
+    uint64_t pause_serial = 0;
+    int64_t first_token_us = 0;
+    bool from_cache = false;
+    bool ending = false;               // its last event is queued; closes when delivered
+    std::string finish_reason;
+  };
+
+  void token(stream& s, const token_out& t, int64_t now_us);
+  void end(stream& s, const std::string& reason, const usage_info& u, double queue_ms, int32_t preemptions,
+           int64_t now_us);
+  void pump(stream& s);
+  void close(uint64_t id, bool delivered_error);
+  int32_t buffered(const stream& s) const { return s.unacked + s.pending_tokens; }
+
+  streamer_config cfg_;
+  std::shared_ptr<const text_codec> codec_;
+  std::unordered_map<uint64_t, stream> streams_;
+  streamer_effects fx_;
+  streamer_stats st_;
+};
+
+}  // namespace troupe::actors

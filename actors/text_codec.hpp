@@ -1,0 +1,49 @@
+#pragma once
+// Text in and out of the pipeline: admission renders chat messages and tokenizes prompts; the
+// streamer turns generated tokens back into text, one token at a time. One immutable codec is
+// shared by every actor (all methods may be called from many threads); each stream gets its own
+// incremental decoder.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/request.hpp"
+#include "model/result.hpp"
+
+namespace troupe::model {
+class gguf_file;
+}
+
+namespace troupe::actors {
+
+class incremental_decoder {
+ public:
+  virtual ~incremental_decoder() = default;
+  // The text that became complete with this token (valid UTF-8; may be empty).
+  virtual std::string push(int32_t token) = 0;
+  // Whatever is held back, at the end of the stream.
+  virtual std::string flush() = 0;
+};
+
+class text_codec {
+ public:
+  virtual ~text_codec() = default;
+  // A raw prompt: the model's default for a leading bos, special-token text parsed.
+  virtual result<std::vector<int32_t>> encode_prompt(const std::string& text) const = 0;
+  // A conversation, rendered with the model's chat template and an assistant turn opened.
+  virtual result<std::vector<int32_t>> encode_chat(const std::vector<chat_message>& messages) const = 0;
+  virtual std::unique_ptr<incremental_decoder> decoder() const = 0;
+  // Tokens that end generation.
+  virtual std::vector<int32_t> eog_tokens() const = 0;
+  virtual int32_t n_vocab() const = 0;
+};
+
+// The model's own tokenizer, detokenizer and chat template, read from its GGUF metadata.
+result<std::shared_ptr<const text_codec>> make_gguf_codec(const model::gguf_file& file);
+
+// For tests and fakes: token i < 256 is the byte i; tokens >= 256 are "<i>" except `eog`, which
+// ends generation and prints nothing. Chat messages render as "role: content\n" lines.
+std::shared_ptr<const text_codec> make_byte_codec(int32_t n_vocab = 320, int32_t eog = 256);
+
+}  // namespace troupe::actors

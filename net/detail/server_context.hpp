@@ -1,0 +1,33 @@
+#pragma once
+// Shared by the Beast translation units (server.cpp, ws_session.cpp): what every session needs.
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "net/inference.hpp"
+#include "net/metrics.hpp"
+#include "net/resume_store.hpp"
+#include "net/server.hpp"
+
+namespace troupe::net::detail {
+
+struct server_context {
+  server_context(server_options o, inference& i, metrics& m) :
+      opts(std::move(o)), inf(i), met(m), resumes(opts.resume_window, opts.resume_keep_tokens) {}
+  server_options opts;
+  inference& inf;
+  metrics& met;
+  resume_store resumes;
+  boost::asio::io_context ioc;
+};
+
+// Takes over an upgraded connection. `owner` is the API key (resumption is per key), `tenant`
+// the admission tenant; `authed` is false when keys are configured and the upgrade request
+// carried none (the client must send an `auth` frame first).
+void start_ws_session(server_context& ctx, boost::beast::tcp_stream stream,
+                      boost::beast::http::request<boost::beast::http::string_body> req, std::string owner,
+                      std::string tenant, bool authed);
+
+}  // namespace troupe::net::detail

@@ -1,0 +1,33 @@
+#pragma once
+// What the network layer needs from the serving pipeline, without CAF in sight: submit a
+// request and receive its events through a callback, cancel it, and ask whether the model is
+// loaded. serve.cpp implements it over actors::client; the Beast sessions only see this.
+#include <functional>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "actors/request.hpp"
+
+namespace troupe::net {
+
+using event = std::variant<actors::token_event, actors::done_event, actors::error_event>;
+
+// Cancels the request it belongs to; safe to call from any thread, more than once, after the end.
+using cancel_fn = std::function<void()>;
+
+class inference {
+ public:
+  virtual ~inference() = default;
+  // The model is loaded and the pipeline runs.
+  virtual bool ready() const = 0;
+  // The name requests use in their `model` field.
+  virtual std::string model_name() const = 0;
+  // `on_event` runs on a pipeline thread, in order: token events, then one done or error event.
+  // It must not block. While not ready, it receives an error_event with code "loading" at once.
+  virtual cancel_fn submit(actors::request_spec spec, std::function<void(const event&)> on_event) = 0;
+  // Extra Prometheus lines about the pipeline (gauges), possibly cached; may be empty.
+  virtual std::string pipeline_metrics() const { return {}; }
+};
+
+}  // namespace troupe::net

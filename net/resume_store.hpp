@@ -1,0 +1,92 @@
+#pragma once
+// The WebSocket resumption window. Every `generate` gets a stream record that keeps its last
+// tokens (already encoded as frames, with their index), its final frame once it ends, and the
+// connection it is attached to. A connection that goes away only detaches: the request keeps
+// running and its tokens keep being recorded, so a client that reconnects within the window
+// and sends `resume` with the last index it saw gets everything after it, then the live rest.
+// Records expire `window` after their stream ended or lost its connection; a stream still
+// running at expiry is cancelled (nobody will read it).
+//
+// Thread-safety: events arrive on pipeline threads, attach/detach on I/O threads; each record
+// has its own mutex, and frames are handed to the attached sink while it is held, so a resumed
+// client sees replayed and live frames in index order without gaps or duplicates.
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "net/inference.hpp"
+
+namespace troupe::net {
+
+// Takes one encoded frame for a connection (posts it to that connection's strand).
+using frame_sink = std::function<void(std::string frame)>;
+
+class stream_record {
+ public:
+  using clock = std::chrono::steady_clock;
+  stream_record(std::string owner, std::string id, size_t keep_tokens) :
+      owner_(std::move(owner)), id_(std::move(id)), keep_(keep_tokens) {}
+
+  const std::string& id() const { return id_; }
+  const std::string& owner() const { return owner_; }
+
+  void set_cancel(cancel_fn c);
+  void cancel();
+
+  // Records a token frame / the final frame and forwards it to the attached sink.
+  void add_token(int32_t index, std::string frame);
+  void finish(std::string frame, clock::time_point now, clock::duration window);
+
+  // Attaches `sink` (replacing any other connection's) after replaying every frame with an index
+  // above `from_index`, and the final frame if there is one. Returns false (and attaches nothing)
+  // when tokens after `from_index` were already dropped from the window.
+  // `tag` names the connection, for detach.
+  bool attach(frame_sink sink, int64_t from_index, const void* tag);
+  // Detaches `tag`'s sink, if it is still the attached one; the window starts.
+  void detach(const void* tag, clock::time_point now, clock::duration window);
+
+  bool ended() const;
+  // Past the window: to be removed (and cancelled if still running).
+  bool expired(clock::time_point now) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::string owner_;
+  std::string id_;
+  size_t keep_;
+  std::deque<std::pair<int32_t, std::string>> tokens_;
+  std::optional<std::string> final_;
+  frame_sink sink_;
+  const void* tag_ = nullptr;
+  cancel_fn cancel_;
+  std::optional<clock::time_point> expires_;
+};
+
+class resume_store {
+ public:
+  explicit resume_store(std::chrono::milliseconds window = std::chrono::seconds(60), size_t keep_tokens = 4096) :
+      window_(window), keep_(keep_tokens) {}
+
+  // A new record, or nullptr when (owner, id) names a stream that is still running.
+  std::shared_ptr<stream_record> create(const std::string& owner, const std::string& id);
+  std::shared_ptr<stream_record> find(const std::string& owner, const std::string& id) const;
+  // Removes expired records, cancelling those still running. Returns how many went.
+  size_t sweep(stream_record::clock::time_point now = stream_record::clock::now());
+  size_t size() const;
+  std::chrono::milliseconds window() const { return window_; }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<stream_record>> records_;
+  std::chrono::milliseconds window_;
+  size_t keep_;
+};
+
+}  // namespace troupe::net

@@ -1,0 +1,255 @@
+// The CAF side of `troupe serve`: the runtime, the pipeline and the in-process client behind
+// net::inference. No Beast here (see CAF-0.17-NOTES: Beast + CAF in one TU is slow to build).
+#include "net/serve.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "actors/client.hpp"
+#include "actors/pipeline.hpp"
+#include "actors/runtime.hpp"
+#include "model/llama_model.hpp"
+#include "net/metrics.hpp"
+
+namespace troupe::net {
+
+namespace {
+
+std::string stem(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  std::string f = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (f.size() > 5 && f.compare(f.size() - 5, 5, ".gguf") == 0) f.resize(f.size() - 5);
+  return f;
+}
+
+// net::inference over a pipeline that is started in the background.
+class pipeline_inference : public inference {
+ public:
+  explicit pipeline_inference(std::string name) : name_(std::move(name)) {}
+
+  bool ready() const override { return ready_.load(); }
+  std::string model_name() const override { return name_; }
+
+  cancel_fn submit(actors::request_spec spec, std::function<void(const event&)> on_event) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!client_) {
+      lock.unlock();
+      on_event(actors::error_event{0, "loading", "the model is still loading; retry shortly", 5000});
+      return [] {};
+    }
+    auto h = client_->submit(std::move(spec), [f = std::move(on_event)](const actors::event& e) { f(e); });
+    return [h] { h.cancel(); };
+  }
+
+  std::string pipeline_metrics() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return gauges_;
+  }
+
+  void set(std::unique_ptr<actors::pipeline> p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pipeline_ = std::move(p);
+    client_ = std::make_unique<actors::client>(*pipeline_);
+    ready_ = true;
+  }
+
+  // Blocking stats calls, kept off the I/O threads: a poller refreshes the gauges.
+  void refresh_gauges() {
+    actors::pipeline* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      p = pipeline_.get();
+    }
+    if (!p) return;
+    auto st = p->get_scheduler_stats(std::chrono::seconds(2));
+    if (!st) return;
+    std::string g;
+    auto gauge = [&](const char* name, const char* help, int64_t v) {
+      g += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " +
+           std::to_string(v) + "\n";
+    };
+    gauge("troupe_waiting_sequences", "Sequences waiting to be scheduled.", st->waiting);
+    gauge("troupe_running_sequences", "Sequences holding KV memory.", st->running);
+    gauge("troupe_kv_blocks_used", "KV blocks referenced by a sequence.", st->kv_blocks_used);
+    gauge("troupe_kv_blocks_total", "KV blocks in the pool.", st->kv_blocks_total);
+    g += "# HELP troupe_prefix_cache_hit_tokens_scheduler_total Prompt tokens reused from the prefix cache.\n"
+         "# TYPE troupe_prefix_cache_hit_tokens_scheduler_total counter\n"
+         "troupe_prefix_cache_hit_tokens_scheduler_total " + std::to_string(st->prefix_hit_tokens) + "\n";
+    if (auto cs = p->get_cache_stats(std::chrono::seconds(2))) {
+      g += "# HELP troupe_response_cache_lookups_total Response cache lookups.\n# TYPE troupe_response_cache_lookups_total counter\n"
+           "troupe_response_cache_lookups_total " + std::to_string(cs->lookups) + "\n";
+      g += "# HELP troupe_response_cache_hits_total Response cache hits.\n# TYPE troupe_response_cache_hits_total counter\n"
+           "troupe_response_cache_hits_total " + std::to_string(cs->hits) + "\n";
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    gauges_ = std::move(g);
+  }
+
+  void stop() {
+    std::unique_ptr<actors::client> c;
+    std::unique_ptr<actors::pipeline> p;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_ = false;
+      c = std::move(client_);
+      p = std::move(pipeline_);
+    }
+    c.reset();
+    if (p) p->stop();
+  }
+
+ private:
+  std::string name_;
+  std::atomic<bool> ready_{false};
+  mutable std::mutex mu_;
+  std::unique_ptr<actors::pipeline> pipeline_;
+  std::unique_ptr<actors::client> client_;
+  std::string gauges_;
+};
+
+}  // namespace
+
+struct serve_instance::impl {
+  serve_options opts;
+  actors::runtime rt;  // first: the actor system outlives everything that talks to it
+  metrics met;
+  pipeline_inference inf;
+  std::unique_ptr<server> srv;  // after the actor system (its io_context must go first)
+  std::thread loader;
+  std::thread poller;
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool load_done = false;
+  std::string load_error;
+  bool stopping = false;
+  bool stopped = false;
+
+  explicit impl(serve_options o) :
+      opts(std::move(o)), inf(opts.model_name.empty() ? stem(opts.model) : opts.model_name) {}
+
+  void load() {
+    std::string err;
+    auto m = model::llama_model::load(opts.model);
+    if (!m) {
+      err = "cannot load " + opts.model + ": " + m.error();
+    } else {
+      actors::pipeline_config cfg;
+      cfg.model_name = inf.model_name();
+      cfg.scheduler.max_num_seqs = opts.max_num_seqs;
+      cfg.cache.enabled = opts.response_cache;
+      model::backend_options bo;
+      bo.n_threads = opts.backend_threads;
+      bo.kv_bytes = opts.kv_mb << 20;
+      auto p = actors::pipeline::start(rt.system(), cfg, m.value(), bo);
+      if (!p) err = "cannot start the pipeline: " + p.error();
+      else inf.set(std::move(p.value()));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    load_done = true;
+    load_error = err;
+    cv.notify_all();
+  }
+
+  void poll() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stopping) {
+      lock.unlock();
+      inf.refresh_gauges();
+      lock.lock();
+      cv.wait_for(lock, std::chrono::seconds(2), [&] { return stopping; });
+    }
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopped) return;
+      stopped = stopping = true;
+      cv.notify_all();
+    }
+    if (loader.joinable()) loader.join();
+    if (poller.joinable()) poller.join();
+    if (srv) srv->stop();  // no I/O thread runs from here on
+    inf.stop();            // then no pipeline thread calls into the sessions
+    srv.reset();
+  }
+};
+
+serve_instance::serve_instance(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
+
+serve_instance::~serve_instance() { stop(); }
+
+result<std::unique_ptr<serve_instance>> serve_instance::start(serve_options o) {
+  auto i = std::make_unique<impl>(std::move(o));
+  i->srv = std::make_unique<server>(i->opts.server, i->inf, i->met);
+  if (auto s = i->srv->start(); !s) return make_error(s.error());
+  auto* raw = i.get();
+  i->loader = std::thread([raw] { raw->load(); });
+  i->poller = std::thread([raw] { raw->poll(); });
+  return std::unique_ptr<serve_instance>(new serve_instance(std::move(i)));
+}
+
+uint16_t serve_instance::port() const { return impl_->srv ? impl_->srv->port() : 0; }
+bool serve_instance::ready() const { return impl_->inf.ready(); }
+
+bool serve_instance::wait_ready(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  impl_->cv.wait_for(lock, timeout, [&] { return impl_->load_done; });
+  return impl_->load_done && impl_->load_error.empty();
+}
+
+std::string serve_instance::load_error() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->load_error;
+}
+
+void serve_instance::stop() {
+  if (impl_) impl_->stop();
+}
+
+int run_serve(const serve_options& o) {
+  // Every thread started from here on inherits the mask; this thread takes the signals.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  auto inst = serve_instance::start(o);
+  if (!inst) {
+    std::fprintf(stderr, "troupe serve: %s\n", inst.error().c_str());
+    return 1;
+  }
+  auto& s = *inst.value();
+  const std::string base = "http://" + o.server.host + ":" + std::to_string(s.port());
+  std::printf("troupe serve: listening on %s, loading %s ...\n", base.c_str(), o.model.c_str());
+  std::fflush(stdout);
+  bool announced = false;
+  for (;;) {
+    timespec ts{0, 200 * 1000 * 1000};
+    const int sig = sigtimedwait(&set, nullptr, &ts);
+    if (sig == SIGINT || sig == SIGTERM) {
+      std::printf("troupe serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      std::fflush(stdout);
+      break;
+    }
+    if (!announced && s.wait_ready(std::chrono::milliseconds(0))) {
+      announced = true;
+      std::printf("troupe serve: model loaded; chat page at %s/ (API at %s/v1)\n", base.c_str(), base.c_str());
+      std::fflush(stdout);
+    } else if (!announced && !s.load_error().empty()) {
+      std::fprintf(stderr, "troupe serve: %s\n", s.load_error().c_str());
+      s.stop();
+      return 1;
+    }
+  }
+  s.stop();
+  std::printf("troupe serve: stopped\n");
+  return 0;
+}
+
+}  // namespace troupe::net

@@ -1,0 +1,51 @@
+#pragma once
+// The HTTP + WebSocket server (Boost.Beast), as a plain object: start() binds and runs the I/O
+// threads, stop() ends them. Beast stays inside server.cpp / ws_session.cpp; this header has
+// none of it, so CAF translation units (serve.cpp) can hold a server cheaply.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/result.hpp"
+#include "net/inference.hpp"
+#include "net/metrics.hpp"
+
+namespace troupe::net {
+
+struct server_options {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;                         // 0: any free port (see server::port())
+  int io_threads = 1;                           // Asio threads serving every connection
+  std::vector<std::string> api_keys;            // empty: no authentication
+  size_t max_body_bytes = 1 << 20;              // larger HTTP bodies: 413
+  size_t max_ws_message_bytes = 1 << 20;        // larger WebSocket messages: close 1009
+  size_t max_ws_queue_bytes = 8 << 20;          // unsent bytes per socket before its streams end (slow_consumer)
+  std::chrono::seconds ws_idle_timeout{30};     // ping after half of it, close after it without a pong
+  std::chrono::milliseconds resume_window{60000};  // how long ended / orphaned WebSocket streams stay resumable
+  size_t resume_keep_tokens = 4096;             // tokens kept per stream for resumption
+};
+
+class server {
+ public:
+  server(server_options o, inference& inf, metrics& m);
+  ~server();
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+
+  // Binds, listens and starts the I/O threads. The error names the address.
+  status start();
+  // The bound port (after start).
+  uint16_t port() const;
+  // Stops accepting, ends the I/O threads. Idempotent.
+  void stop();
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace troupe::net

@@ -1,0 +1,219 @@
+// The WebSocket session of /v1/ws (docs/protocol.md): many requests multiplexed on one socket,
+// frames written through one queue per socket on the session's strand, keep-alive pings by
+// Beast's idle timeout, and streams recorded in the resume store so that a client can reconnect
+// and `resume` without losing or duplicating tokens.
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
+
+#include <deque>
+#include <map>
+#include <memory>
+
+#include "net/api.hpp"
+#include "net/auth.hpp"
+#include "net/detail/server_context.hpp"
+
+namespace troupe::net::detail {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+
+namespace {
+
+class ws_session : public std::enable_shared_from_this<ws_session> {
+ public:
+  ws_session(server_context& ctx, beast::tcp_stream&& s, std::string owner, std::string tenant, bool authed) :
+      ctx_(ctx), ws_(std::move(s)), owner_(std::move(owner)), tenant_(std::move(tenant)), authed_(authed) {
+    ctx_.met.connection_opened(true);
+  }
+  ~ws_session() { ctx_.met.connection_closed(true); }
+
+  void run(http::request<http::string_body> req) {
+    beast::get_lowest_layer(ws_).expires_never();
+    websocket::stream_base::timeout t = websocket::stream_base::timeout::suggested(beast::role_type::server);
+    t.idle_timeout = ctx_.opts.ws_idle_timeout;
+    t.keep_alive_pings = true;
+    ws_.set_option(t);
+    ws_.read_message_max(ctx_.opts.max_ws_message_bytes);
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(http::field::server, "troupe"); }));
+    ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
+      if (ec) return;
+      self->do_read();
+    });
+  }
+
+ private:
+  void do_read() {
+    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec) return on_closed();  // closed, timed out, or a message over the limit (close 1009)
+    if (!ws_.got_text()) {
+      send(error_frame({}, "invalid_request", "frames must be text (JSON)"));
+    } else {
+      const auto data = buffer_.data();
+      std::string text(static_cast<const char*>(data.data()), data.size());
+      handle(text);
+    }
+    buffer_.consume(buffer_.size());
+    do_read();
+  }
+
+  void handle(const std::string& text) {
+    auto p = parse_client_frame(text);
+    if (!p.frame) return send(error_frame(p.id, p.error.code, p.error.message));
+    auto& f = *p.frame;
+    if (f.type == frame_type::ping) return send(pong_frame());
+    if (f.type == frame_type::auth) {
+      const int idx = find_key(ctx_.opts.api_keys, f.key);
+      if (idx < 0) return send(error_frame(f.id, "unauthorized", "the API key is not valid"));
+      authed_ = true;
+      if (!ctx_.opts.api_keys.empty()) {
+        owner_ = f.key;
+        tenant_ = "key" + std::to_string(idx);
+      }
+      return;
+    }
+    if (!authed_)
+      return send(error_frame(f.id, "unauthorized",
+                              "send {\"type\":\"auth\",\"key\":...} or an Authorization header first"));
+    switch (f.type) {
+      case frame_type::generate: return generate(f);
+      case frame_type::cancel: return cancel(f);
+      case frame_type::resume: return resume(f);
+      default: return;
+    }
+  }
+
+  frame_sink make_sink() {
+    std::weak_ptr<ws_session> w = weak_from_this();
+    return [w](std::string frame) {
+      if (auto s = w.lock()) {
+        auto ex = s->ws_.get_executor();
+        asio::post(ex, [s = std::move(s), frame = std::move(frame)]() mutable { s->send(std::move(frame)); });
+      }
+    };
+  }
+
+  void generate(client_frame& f) {
+    if (!ctx_.inf.ready()) return send(error_frame(f.id, "loading", "the model is still loading; retry shortly"));
+    auto rec = ctx_.resumes.create(owner_, f.id);
+    if (!rec) return send(error_frame(f.id, "duplicate_id", "a request with id '" + f.id + "' is still running"));
+    rec->attach(make_sink(), -1, this);
+    streams_[f.id] = rec;
+    f.spec.tenant = tenant_;
+    auto& met = ctx_.met;
+    const auto window = ctx_.opts.resume_window;
+    const std::string id = f.id;
+    auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+    // Runs on pipeline threads: records into the stream (which forwards to whoever is attached).
+    auto on_event = [rec, id, &met, window, last](const event& e) {
+      const auto now = std::chrono::steady_clock::now();
+      if (auto* t = std::get_if<actors::token_event>(&e)) {
+        met.add_tokens(1);
+        if (*last != std::chrono::steady_clock::time_point{})
+          met.inter_token.observe(std::chrono::duration<double>(now - *last).count());
+        *last = now;
+        rec->add_token(t->index, token_frame(id, t->index, t->text));
+      } else if (auto* d = std::get_if<actors::done_event>(&e)) {
+        met.ttft.observe(d->timings.ttft_ms / 1000.0);
+        met.e2e.observe(d->timings.total_ms / 1000.0);
+        met.add_prompt_tokens(d->usage.prompt_tokens, d->usage.cached_prompt_tokens);
+        if (d->cached) met.add_cache_hit();
+        met.count_request("ws", d->finish_reason);
+        rec->finish(done_frame(id, *d), now, window);
+      } else {
+        const auto& er = std::get<actors::error_event>(e);
+        met.count_request("ws", er.code);
+        rec->finish(error_frame(id, er.code, er.message), now, window);
+      }
+    };
+    rec->set_cancel(ctx_.inf.submit(std::move(f.spec), std::move(on_event)));
+  }
+
+  void cancel(const client_frame& f) {
+    auto rec = ctx_.resumes.find(owner_, f.id);
+    if (!rec) return send(error_frame(f.id, "unknown_id", "no request with id '" + f.id + "'"));
+    rec->cancel();  // its done frame (finish_reason "cancelled") follows
+  }
+
+  void resume(const client_frame& f) {
+    auto rec = ctx_.resumes.find(owner_, f.id);
+    if (!rec)
+      return send(error_frame(f.id, "unknown_id",
+                              "no request with id '" + f.id + "' (it never existed or its resumption window passed)"));
+    if (!rec->attach(make_sink(), f.from_index, this))
+      return send(error_frame(f.id, "resume_gap", "tokens after index " + std::to_string(f.from_index) +
+                                                      " are no longer kept"));
+    streams_[f.id] = rec;
+  }
+
+  // ---- writing ------------------------------------------------------------------------------
+  void send(std::string frame) {
+    if (closed_) return;
+    queued_bytes_ += frame.size();
+    queue_.push_back(std::move(frame));
+    if (queued_bytes_ > ctx_.opts.max_ws_queue_bytes && !slow_) {
+      // The reader does not keep up: bounded memory wins. Its streams end; the frames already
+      // queued still go out. (See docs/protocol.md, flow control.)
+      slow_ = true;
+      for (auto& [id, rec] : streams_) rec->cancel();
+    }
+    if (!writing_) write_next();
+  }
+
+  void write_next() {
+    if (queue_.empty() || closed_) {
+      writing_ = false;
+      return;
+    }
+    writing_ = true;
+    ws_.text(true);
+    ws_.async_write(asio::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->on_closed();
+      self->queued_bytes_ -= self->queue_.front().size();
+      self->queue_.pop_front();
+      self->write_next();
+    });
+  }
+
+  void on_closed() {
+    if (closed_) return;
+    closed_ = true;
+    queue_.clear();
+    queued_bytes_ = 0;
+    // Streams keep running: a client may come back and resume them within the window.
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& [id, rec] : streams_) rec->detach(this, now, ctx_.opts.resume_window);
+    streams_.clear();
+  }
+
+  server_context& ctx_;
+  websocket::stream<beast::tcp_stream> ws_;
+  beast::flat_buffer buffer_;
+  std::string owner_;
+  std::string tenant_;
+  bool authed_ = true;
+  std::map<std::string, std::shared_ptr<stream_record>> streams_;
+  std::deque<std::string> queue_;
+  size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool closed_ = false;
+  bool slow_ = false;
+};
+
+}  // namespace
+
+void start_ws_session(server_context& ctx, beast::tcp_stream stream, http::request<http::string_body> req,
+                      std::string owner, std::string tenant, bool authed) {
+  auto s = std::make_shared<ws_session>(ctx, std::move(stream), std::move(owner), std::move(tenant), authed);
+  s->run(std::move(req));
+}
+
+}  // namespace troupe::net::detail

@@ -1,0 +1,536 @@
+// The actors through messages: the whole pipeline over the fake backend, driven by the
+// in-process client. Admission, the cache, stop strings, cancellation under load, flow control
+// and slow consumers, deadlines, and an executor that throws.
+#include "actors/pipeline.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include "actors/client.hpp"
+#include "actors/runtime.hpp"
+#include "tests/actors/fake_backend.hpp"
+
+using namespace troupe;
+using namespace troupe::actors;
+using namespace std::chrono_literals;
+using troupe::test::fake_backend;
+using troupe::test::fake_options;
+using troupe::test::fake_reference;
+
+namespace {
+
+backend_maker fake_maker(fake_options o) {
+  return [o]() -> result<std::unique_ptr<model::backend>> { return std::unique_ptr<model::backend>(new fake_backend(o)); };
+}
+
+pipeline_config small_config() {
+  pipeline_config c;
+  c.model_name = "fake";
+  c.scheduler.max_batched_tokens = 64;
+  c.scheduler.max_num_seqs = 16;
+  c.admission.max_tokens_cap = 256;
+  c.admission.max_pending = 4096;
+  c.step_timeout_ms = 10000;
+  return c;
+}
+
+std::unique_ptr<pipeline> start(runtime& rt, pipeline_config c, fake_options o) {
+  auto p = pipeline::start(rt.system(), std::move(c), fake_maker(o), make_byte_codec(o.n_vocab, o.eog));
+  EXPECT_TRUE(p.ok()) << p.error();
+  return p.ok() ? std::move(p.value()) : nullptr;
+}
+
+std::string text_of(const std::vector<int32_t>& t) {
+  std::string s;
+  for (auto x : t) s.push_back(static_cast<char>(x));
+  return s;
+}
+
+std::vector<int32_t> bytes(const std::string& s) { return std::vector<int32_t>(s.begin(), s.end()); }
+
+request_spec spec_of(const std::string& prompt, int32_t max_tokens) {
+  request_spec s;
+  s.prompt = prompt;
+  s.max_tokens = max_tokens;
+  return s;
+}
+
+// Waits until the scheduler holds nothing, then returns its numbers.
+scheduler_stats settle(const pipeline& p) {
+  scheduler_stats s;
+  for (int i = 0; i < 400; ++i) {
+    auto r = p.get_scheduler_stats();
+    if (r.ok()) {
+      s = *r;
+      if (s.running == 0 && s.waiting == 0 && s.steps_in_flight == 0) return s;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  ADD_FAILURE() << "the scheduler did not settle: running " << s.running << " waiting " << s.waiting;
+  return s;
+}
+
+}  // namespace
+
+TEST(pipeline, one_request_end_to_end) {
+  runtime rt;
+  EXPECT_EQ(rt.system().scheduler().num_workers(), 2u);  // not CAF's default of max(cores, 4)
+  fake_options fo;
+  auto p = start(rt, small_config(), fo);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->executor().backend, "fake");
+  client c(*p);
+  auto s = c.submit(spec_of("hello", 12));
+  auto out = s->wait(10s);
+  ASSERT_TRUE(out.ok()) << out.error.message;
+  EXPECT_EQ(out.tokens, fake_reference(fo, bytes("hello"), 12));
+  EXPECT_EQ(out.text, text_of(out.tokens));
+  EXPECT_EQ(out.finish_reason, finish::length);
+  EXPECT_EQ(out.usage.prompt_tokens, 5);
+  EXPECT_EQ(out.usage.completion_tokens, 12);
+  EXPECT_GT(out.timings.ttft_ms, 0);
+  EXPECT_GE(out.timings.total_ms, out.timings.ttft_ms);
+  EXPECT_FALSE(out.cached);
+  EXPECT_GT(out.id, 0u);
+}
+
+TEST(pipeline, events_arrive_in_order_with_indices) {
+  runtime rt;
+  fake_options fo;
+  auto p = start(rt, small_config(), fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  auto s = c.submit(spec_of("abc", 8));
+  int expect = 0;
+  for (;;) {
+    auto e = s->next(10s);
+    ASSERT_TRUE(e);
+    if (auto* t = std::get_if<token_event>(&*e)) {
+      EXPECT_EQ(t->index, expect++);
+      continue;
+    }
+    ASSERT_TRUE(std::holds_alternative<done_event>(*e));
+    break;
+  }
+  EXPECT_EQ(expect, 8);
+  EXPECT_FALSE(s->next(50ms));
+}
+
+TEST(pipeline, concurrent_requests_match_running_alone) {
+  runtime rt;
+  fake_options fo;
+  fo.eog_every = 12;
+  fo.n_blocks = 128;  // tight enough to preempt now and then
+  auto p = start(rt, small_config(), fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  std::vector<std::unique_ptr<stream>> streams;
+  std::vector<std::string> prompts;
+  for (int i = 0; i < 32; ++i) {
+    prompts.push_back("request number " + std::to_string(i) + std::string(static_cast<size_t>(i % 7) * 5, 'x'));
+    streams.push_back(c.submit(spec_of(prompts.back(), 20 + i % 13)));
+  }
+  for (int i = 0; i < 32; ++i) {
+    auto out = streams[static_cast<size_t>(i)]->wait(20s);
+    ASSERT_TRUE(out.ok()) << out.error.message;
+    EXPECT_EQ(out.tokens, fake_reference(fo, bytes(prompts[static_cast<size_t>(i)]), 20 + i % 13)) << i;
+  }
+  auto st = settle(*p);
+  EXPECT_EQ(st.kv_blocks_available, st.kv_blocks_total);
+  size_t widest = 0;
+  for (size_t k = 0; k < st.batch_hist.size(); ++k)
+    if (st.batch_hist[k]) widest = k;
+  EXPECT_GT(widest, 4u) << "requests were not batched together";
+}
+
+TEST(pipeline, rejections_are_error_events) {
+  runtime rt;
+  fake_options fo;
+  fo.n_ctx = 64;
+  auto p = start(rt, small_config(), fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  auto out = c.submit(spec_of(std::string(60, 'a'), 10))->wait(5s);
+  EXPECT_EQ(out.error.code, errc::context_length);
+  EXPECT_EQ(out.id, 0u);
+  auto s = spec_of("x", 4);
+  s.model = "gpt-9";
+  out = c.submit(s)->wait(5s);
+  EXPECT_EQ(out.error.code, errc::unknown_model);
+  EXPECT_NE(out.error.message.find("fake"), std::string::npos);
+  auto st = p->get_admission_stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->rejected, 2);
+}
+
+TEST(pipeline, queue_cap_rejects_with_retry_after) {
+  runtime rt;
+  fake_options fo;
+  fo.step_us = 2000;
+  auto cfg = small_config();
+  cfg.admission.max_pending = 4;
+  auto p = start(rt, cfg, fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  std::vector<std::unique_ptr<stream>> s;
+  for (int i = 0; i < 10; ++i) s.push_back(c.submit(spec_of("q" + std::to_string(i), 30)));
+  int ok = 0, overloaded = 0;
+  for (auto& x : s) {
+    auto out = x->wait(20s);
+    if (out.ok()) ++ok;
+    if (out.error.code == errc::overloaded) {
+      ++overloaded;
+      EXPECT_GT(out.error.retry_after_ms, 0);
+    }
+  }
+  EXPECT_EQ(ok, 4);
+  EXPECT_EQ(overloaded, 6);
+  // Capacity comes back as requests finish.
+  EXPECT_TRUE(c.submit(spec_of("again", 3))->wait(10s).ok());
+}
+
+TEST(pipeline, exact_repeat_is_served_from_the_cache) {
+  runtime rt;
+  fake_options fo;
+  auto p = start(rt, small_config(), fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  auto first = c.submit(spec_of("cache me", 10))->wait(10s);
+  ASSERT_TRUE(first.ok());
+  auto second = c.submit(spec_of("cache me", 10))->wait(10s);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second.cached);
+  EXPECT_EQ(second.tokens, first.tokens);
+  EXPECT_EQ(second.text, first.text);
+  EXPECT_EQ(second.finish_reason, first.finish_reason);
+  auto other = c.submit(spec_of("cache me", 11))->wait(10s);
+  EXPECT_FALSE(other.cached);
+  auto st = p->get_cache_stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->hits, 1);
+}
+
+TEST(pipeline, stop_strings_end_the_stream_without_leaking) {
+  runtime rt;
+  fake_options fo;
+  auto p = start(rt, small_config(), fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  const auto ref = text_of(fake_reference(fo, bytes("stop test"), 40));
+  const std::string stop = ref.substr(10, 3);
+  const auto cut = ref.find(stop);
+  auto s = spec_of("stop test", 40);
+  s.stop = {stop};
+  auto out = c.submit(s)->wait(10s);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out.finish_reason, finish::stop);
+  EXPECT_EQ(out.text, ref.substr(0, cut));
+  settle(*p);
+}
+
+TEST(pipeline, cancel_mid_stream) {
+  runtime rt;
+  fake_options fo;
+  fo.step_us = 1000;
+  auto p = start(rt, small_config(), fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  auto s = c.submit(spec_of("long one", 200));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s->next(5s));
+  s->cancel();
+  auto out = s->wait(5s);
+  EXPECT_EQ(out.finish_reason, finish::cancelled);
+  EXPECT_LT(out.usage.completion_tokens, 200);
+  auto st = settle(*p);
+  EXPECT_EQ(st.kv_blocks_available, st.kv_blocks_total);
+}
+
+TEST(pipeline, dropping_the_stream_cancels_the_request) {
+  runtime rt;
+  fake_options fo;
+  fo.step_us = 1000;
+  auto p = start(rt, small_config(), fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  {
+    auto s = c.submit(spec_of("abandoned", 200));
+    ASSERT_TRUE(s->next(5s));
+  }
+  auto st = settle(*p);
+  EXPECT_EQ(st.kv_blocks_available, st.kv_blocks_total);
+  EXPECT_GE(st.dropped, 1);
+}
+
+TEST(pipeline, thousand_random_cancels_under_load_free_every_block) {
+  runtime rt;
+  fake_options fo;
+  fo.n_blocks = 96;  // under pressure: preemptions happen too
+  fo.eog_every = 30;
+  fo.token_us = 2;
+  auto cfg = small_config();
+  cfg.scheduler.max_num_seqs = 24;
+  auto p = start(rt, cfg, fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  constexpr int n = 1000;
+  std::atomic<int> ended{0}, cancelled{0}, finished{0}, failed{0};
+  std::vector<request_handle> handles;
+  std::mt19937 rng(7);
+  for (int i = 0; i < n; ++i) {
+    handles.push_back(c.submit(spec_of("load " + std::to_string(i), 1 + static_cast<int32_t>(rng() % 60)),
+                               [&](const event& e) {
+                                 if (auto* d = std::get_if<done_event>(&e)) {
+                                   (d->finish_reason == finish::cancelled ? cancelled : finished)++;
+                                   ++ended;
+                                 } else if (std::holds_alternative<error_event>(e)) {
+                                   ++failed;
+                                   ++ended;
+                                 }
+                               }));
+    // Cancel a random earlier request; some are queued, some running, some done already.
+    if (rng() % 2) handles[rng() % handles.size()].cancel();
+    if (i % 50 == 0) std::this_thread::sleep_for(1ms);
+  }
+  for (int i = 0; i < 3000 && ended.load() < n; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(ended.load(), n) << "finished " << finished << " cancelled " << cancelled << " failed " << failed;
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_GT(cancelled.load(), 100);
+  auto st = settle(*p);
+  EXPECT_EQ(st.kv_blocks_available, st.kv_blocks_total);
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  auto ss = p->get_streamer_stats();
+  ASSERT_TRUE(ss.ok());
+  EXPECT_EQ(ss->open_streams, 0);
+  auto as = p->get_admission_stats();
+  ASSERT_TRUE(as.ok());
+  EXPECT_EQ(as->pending, 0);
+}
+
+TEST(pipeline, executor_fault_fails_in_flight_requests_then_recovers) {
+  runtime rt;
+  fake_options fo;
+  fo.step_us = 500;
+  auto first = std::make_shared<std::atomic<bool>>(true);
+  backend_maker maker = [fo, first]() -> result<std::unique_ptr<model::backend>> {
+    auto o = fo;
+    if (first->exchange(false)) o.throw_on_call = 6;  // only the first backend is faulty
+    return std::unique_ptr<model::backend>(new fake_backend(o));
+  };
+  auto p = pipeline::start(rt.system(), small_config(), maker, make_byte_codec());
+  ASSERT_TRUE(p.ok()) << p.error();
+  client c(**p);
+  std::vector<std::unique_ptr<stream>> s;
+  for (int i = 0; i < 6; ++i) s.push_back(c.submit(spec_of("victim " + std::to_string(i), 50)));
+  int faults = 0;
+  for (auto& x : s) {
+    auto out = x->wait(20s);
+    ASSERT_NE(out.error.code, errc::timeout) << "a request hung";
+    if (out.error.code == errc::executor_fault) {
+      ++faults;
+      EXPECT_NE(out.error.message.find("injected fault"), std::string::npos) << out.error.message;
+    }
+  }
+  EXPECT_EQ(faults, 6);
+  // A new executor serves new requests.
+  for (int i = 0; i < 3; ++i) {
+    auto out = c.submit(spec_of("after " + std::to_string(i), 10))->wait(20s);
+    ASSERT_TRUE(out.ok()) << out.error.message;
+    EXPECT_EQ(out.tokens, fake_reference(fo, bytes("after " + std::to_string(i)), 10));
+  }
+  auto st = settle(**p);
+  EXPECT_EQ(st.kv_blocks_available, st.kv_blocks_total);
+}
+
+TEST(pipeline, an_executor_that_cannot_be_restarted_fails_requests_fast) {
+  runtime rt;
+  fake_options fo;
+  fo.throw_on_call = 3;
+  auto built = std::make_shared<std::atomic<int>>(0);
+  backend_maker maker = [fo, built]() -> result<std::unique_ptr<model::backend>> {
+    if (built->fetch_add(1) > 0) return make_error("the device is gone");
+    return std::unique_ptr<model::backend>(new fake_backend(fo));
+  };
+  auto cfg = small_config();
+  cfg.max_restarts = 2;
+  auto p = pipeline::start(rt.system(), cfg, maker, make_byte_codec());
+  ASSERT_TRUE(p.ok()) << p.error();
+  client c(**p);
+  auto first = c.submit(spec_of("doomed", 20))->wait(10s);
+  EXPECT_EQ(first.error.code, errc::executor_fault);
+  completion later;
+  for (int i = 0; i < 100; ++i) {  // once the supervisor gives up, requests fail at once
+    later = c.submit(spec_of("later", 5))->wait(10s);
+    ASSERT_NE(later.error.code, errc::timeout);
+    if (later.error.message.find("could not be restarted") != std::string::npos) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(later.error.code, errc::executor_fault);
+  EXPECT_NE(later.error.message.find("the device is gone"), std::string::npos) << later.error.message;
+}
+
+TEST(pipeline, slow_consumer_is_paused_then_cut_off_without_stalling_others) {
+  runtime rt;
+  fake_options fo;
+  fo.step_us = 300;
+  auto cfg = small_config();
+  cfg.streamer.buffer_tokens = 4;
+  cfg.streamer.slow_consumer_timeout_ms = 300;
+  auto p = start(rt, cfg, fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  auto slow = c.submit(spec_of("slow reader", 200));
+  auto fast = c.submit(spec_of("fast reader", 100));
+  auto out = fast->wait(20s);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out.tokens.size(), 100u);
+  // The slow stream was paused at its buffer, then cut off.
+  std::this_thread::sleep_for(500ms);
+  auto rest = slow->wait(5s);
+  EXPECT_EQ(rest.finish_reason, finish::slow_consumer);
+  EXPECT_LE(rest.tokens.size(), 4u);
+  auto st = settle(*p);
+  EXPECT_EQ(st.kv_blocks_available, st.kv_blocks_total);
+  auto ss = p->get_streamer_stats();
+  ASSERT_TRUE(ss.ok());
+  EXPECT_EQ(ss->slow_consumers, 1);
+}
+
+TEST(pipeline, a_consumer_that_keeps_up_slowly_is_not_cut_off) {
+  runtime rt;
+  fake_options fo;
+  auto cfg = small_config();
+  cfg.streamer.buffer_tokens = 4;
+  cfg.streamer.slow_consumer_timeout_ms = 2000;
+  auto p = start(rt, cfg, fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  auto s = c.submit(spec_of("patient", 30));
+  completion out;
+  for (;;) {
+    auto e = s->next(10s);
+    ASSERT_TRUE(e);
+    if (add_event(out, *e)) break;
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_EQ(out.finish_reason, finish::length);
+  EXPECT_EQ(out.tokens, fake_reference(fo, bytes("patient"), 30));
+  auto ss = p->get_streamer_stats();
+  ASSERT_TRUE(ss.ok());
+  EXPECT_GT(ss->pauses, 0);
+}
+
+TEST(pipeline, deadlines) {
+  runtime rt;
+  fake_options fo;
+  fo.step_us = 2000;
+  auto cfg = small_config();
+  cfg.scheduler.max_num_seqs = 1;
+  auto p = start(rt, cfg, fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  auto a = spec_of("runs", 250);
+  a.deadline_ms = 150;
+  auto b = spec_of("queued", 10);
+  b.deadline_ms = 100;
+  auto sa = c.submit(a);
+  completion oa;
+  auto first = sa->next(5s);  // `a` runs; `b` queues behind it (one sequence at a time)
+  ASSERT_TRUE(first);
+  add_event(oa, *first);
+  auto sb = c.submit(b);
+  while (auto e = sa->next(10s))
+    if (add_event(oa, *e)) break;
+  auto ob = sb->wait(10s);
+  EXPECT_EQ(oa.finish_reason, finish::deadline);
+  EXPECT_GT(oa.tokens.size(), 0u);
+  EXPECT_EQ(ob.error.code, errc::deadline);
+  auto st = settle(*p);
+  EXPECT_EQ(st.kv_blocks_available, st.kv_blocks_total);
+}
+
+TEST(pipeline, a_killed_actor_is_restarted_and_serving_goes_on) {
+  runtime rt;
+  fake_options fo;
+  fo.step_us = 1000;
+  auto p = start(rt, small_config(), fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  auto role_of = [](const pipeline_links& l, const std::string& role) {
+    if (role == "streamer") return l.streamer;
+    if (role == "scheduler") return l.scheduler;
+    if (role == "cache") return l.cache;
+    if (role == "admission") return l.admission;
+    return l.executor;
+  };
+  for (std::string role : {"streamer", "scheduler", "cache", "admission", "executor"}) {
+    SCOPED_TRACE(role);
+    auto open = c.submit(spec_of("in flight", 200));
+    ASSERT_TRUE(open->next(5s));  // it is streaming
+    const auto victim = role_of(p->links(), role);
+    caf::anon_send_exit(victim, caf::exit_reason::kill);
+    // The open stream ends (an error, or for the cache and admission, normally): it never hangs.
+    auto out = open->wait(10s);
+    EXPECT_NE(out.error.code, errc::timeout) << "the open stream hung";
+    bool replaced = false;
+    for (int i = 0; i < 500 && !replaced; ++i) {
+      const auto now = role_of(p->links(), role);
+      replaced = now && now != victim;
+      if (!replaced) std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_TRUE(replaced);
+    completion fresh;
+    for (int attempt = 0; attempt < 50; ++attempt) {  // the executor's replacement may still be starting
+      fresh = c.submit(spec_of("after restart", 5))->wait(10s);
+      if (fresh.ok()) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_TRUE(fresh.ok()) << fresh.error.code << ": " << fresh.error.message;
+    EXPECT_EQ(fresh.tokens, fake_reference(fo, bytes("after restart"), 5));
+  }
+  auto st = settle(*p);
+  EXPECT_EQ(st.kv_blocks_available, st.kv_blocks_total);
+}
+
+TEST(pipeline, start_errors_name_the_problem) {
+  runtime rt;
+  auto cfg = small_config();
+  cfg.scheduler.policy = "lottery";
+  auto p = pipeline::start(rt.system(), cfg, fake_maker({}), make_byte_codec());
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().find("fcfs, priority, sjf, static"), std::string::npos) << p.error();
+  backend_maker broken = []() -> result<std::unique_ptr<model::backend>> { return make_error("no such device"); };
+  p = pipeline::start(rt.system(), small_config(), broken, make_byte_codec());
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().find("no such device"), std::string::npos) << p.error();
+}
+
+TEST(executor_actor, answers_steps_and_info) {
+  runtime rt;
+  fake_options fo;
+  auto exec = spawn_executor(rt.system(), fake_maker(fo));
+  caf::scoped_actor self{rt.system()};
+  self->request(exec, 5s, info_atom::value)
+      .receive([&](const executor_info& i) { EXPECT_EQ(i.n_blocks, fo.n_blocks); },
+               [&](caf::error& e) { FAIL() << caf::to_string(e); });
+  step_plan plan;
+  plan.step = 1;
+  step_entry e;
+  e.seq_id = 9;
+  e.tokens = {65, 66, 67};
+  e.block_table = {0};
+  e.sample = true;
+  plan.entries.push_back(e);
+  self->request(exec, 5s, step_atom::value, plan)
+      .receive(
+          [&](const step_result& r) {
+            ASSERT_EQ(r.samples.size(), 1u);
+            EXPECT_EQ(r.samples[0].token, fake_reference(fo, {65, 66, 67}, 1)[0]);
+          },
+          [&](caf::error& err) { FAIL() << caf::to_string(err); });
+  self->send_exit(exec, caf::exit_reason::user_shutdown);
+}
