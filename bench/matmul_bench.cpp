@@ -171,6 +171,12 @@ void BM_pool_run(benchmark::State& state) {
 }
 BENCHMARK(BM_pool_run)->UseRealTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
 
+// Same for a chunk job of 4 empty chunks (how matmul dispatches its rows).
+void BM_pool_run_chunks(benchmark::State& state) {
+  for (auto _ : state) pool().run_chunks(4, [](int64_t) {});
+}
+BENCHMARK(BM_pool_run_chunks)->UseRealTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
+
 void register_shapes() {
   using troupe::model::detail::isa_kind;
   struct shape {

@@ -43,7 +43,6 @@ cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& 
   const size_t n = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_kv_dim() * hp.n_layer * (o.kv_f32 ? 4 : 2);
   k_cache_.assign(n, 0);
   v_cache_.assign(n, 0);
-  attn_scratch_.resize(static_cast<size_t>(pool_.size()));
 }
 
 size_t cpu_backend::kv_bytes_per_token() const {
@@ -143,16 +142,18 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
   const int group = hp.n_head / hp.n_head_kv;
   size_t max_ctx = 0;
   for (const auto& s : b.seqs) max_ctx = std::max(max_ctx, static_cast<size_t>(s.n_past) + s.tokens.size());
-  for (auto& sc : attn_scratch_) grow(sc, max_ctx * static_cast<size_t>(group));
 
   for (int il = 0; il < hp.n_layer; ++il) {
     const auto& L = model_->layers()[static_cast<size_t>(il)];
     const kv_layer_view kv = layer_view(il);
 
     for (int64_t t = 0; t < T; ++t) rms_norm(x_.data() + t * ne, L.attn_norm, xn_.data() + t * ne, ne, hp.rms_eps);
-    matmul(L.wq, xn_.data(), T, q_.data(), pool_);
-    matmul(L.wk, xn_.data(), T, k_.data(), pool_);
-    matmul(L.wv, xn_.data(), T, v_.data(), pool_);
+    {
+      // Q, K and V read the same input: one activation quantization, one dispatch.
+      const weight_view ws[3] = {L.wq, L.wk, L.wv};
+      float* const ys[3] = {q_.data(), k_.data(), v_.data()};
+      matmul_multi(ws, ys, 3, xn_.data(), T, pool_);
+    }
     if (hp.qkv_bias) {
       for (int64_t t = 0; t < T; ++t) {
         add_inplace(q_.data() + t * nq, L.bq, nq);
@@ -171,23 +172,27 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
 
     // Attention: one task per (token, kv head); each reads only its own sequence's blocks.
     const int64_t n_tasks = T * hp.n_head_kv;
-    pool_.run([&](int ith, int nth) {
-      float* scratch = attn_scratch_[static_cast<size_t>(ith)].data();
-      for (int64_t task = ith; task < n_tasks; task += nth) {
-        const int64_t t = task / hp.n_head_kv;
-        const int g = static_cast<int>(task % hp.n_head_kv);
-        const auto& s = b.seqs[static_cast<size_t>(tok_seq[static_cast<size_t>(t)])];
-        paged_attention_group(q_.data() + t * nq, kv, s.block_table.data(), tok_pos[static_cast<size_t>(t)] + 1, g,
-                              group, scale, att_.data() + t * nq, scratch);
-      }
+    // Tasks are claimed dynamically (a descheduled worker takes none on a busy machine); each
+    // task uses the scratch of the thread that runs it.
+    pool_.run_chunks(n_tasks, [&](int64_t task) {
+      thread_local std::vector<float> scratch;
+      if (scratch.size() < max_ctx * static_cast<size_t>(group)) scratch.resize(max_ctx * static_cast<size_t>(group));
+      const int64_t t = task / hp.n_head_kv;
+      const int g = static_cast<int>(task % hp.n_head_kv);
+      const auto& s = b.seqs[static_cast<size_t>(tok_seq[static_cast<size_t>(t)])];
+      paged_attention_group(q_.data() + t * nq, kv, s.block_table.data(), tok_pos[static_cast<size_t>(t)] + 1, g,
+                            group, scale, att_.data() + t * nq, scratch.data());
     });
 
     matmul(L.wo, att_.data(), T, tmp_.data(), pool_);
     add_inplace(x_.data(), tmp_.data(), T * ne);
 
     for (int64_t t = 0; t < T; ++t) rms_norm(x_.data() + t * ne, L.ffn_norm, xn_.data() + t * ne, ne, hp.rms_eps);
-    matmul(L.w_gate, xn_.data(), T, gate_.data(), pool_);
-    matmul(L.w_up, xn_.data(), T, up_.data(), pool_);
+    {
+      const weight_view ws[2] = {L.w_gate, L.w_up};
+      float* const ys[2] = {gate_.data(), up_.data()};
+      matmul_multi(ws, ys, 2, xn_.data(), T, pool_);
+    }
     pool_.parallel_for(T, [&](int64_t b0, int64_t b1) {
       silu_mul(gate_.data() + b0 * nff, up_.data() + b0 * nff, (b1 - b0) * nff);
     });

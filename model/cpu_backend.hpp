@@ -38,7 +38,6 @@ class cpu_backend final : public backend {
 
   // Step scratch, grown on demand and reused.
   std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, rope_cos_, rope_sin_, out_rows_;
-  std::vector<std::vector<float>> attn_scratch_;
 };
 
 }  // namespace troupe::model

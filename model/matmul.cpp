@@ -23,6 +23,9 @@ constexpr int64_t k_min_parallel_macs = 32 * 1024;
 constexpr int64_t k_act_chunk_bytes = 128 * 1024;
 // Activations of at least this many tokens are quantized by all pool threads.
 constexpr int64_t k_parallel_quantize_tokens = 8;
+// Row chunks per pool thread: 2 balances the load and lets a running thread take over the share
+// of one the OS has not scheduled, for one extra atomic claim per chunk.
+constexpr int64_t k_chunks_per_thread = 2;
 
 bool cpu_has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -101,14 +104,6 @@ float_kernel_fn float_kernel_for(const isa_kernels& k, ggml_type type) {
     case ggml_type::bf16: return k.bf16;
     default: return nullptr;
   }
-}
-
-// Rows [begin, end) of thread ith: contiguous, boundaries on multiples of 16 rows so threads
-// never write the same 64-byte line of y.
-void row_range(int64_t n_out, int ith, int nth, int64_t& begin, int64_t& end) {
-  const int64_t per = ((n_out + nth - 1) / nth + 15) / 16 * 16;
-  begin = std::min(n_out, per * ith);
-  end = std::min(n_out, begin + per);
 }
 
 }  // namespace
@@ -270,10 +265,17 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     compute(0, total_rows);
     return;
   }
-  pool.run([&](int ith, int n) {
-    int64_t r0, r1;
-    row_range(total_rows, ith, n, r0, r1);
-    if (r0 < r1) compute(r0, r1);
+  // Chunks of rows handed out dynamically (see thread_pool::run_chunks), a multiple of 16 rows
+  // each so that no two threads write the same 64-byte line of an output row.
+  const int64_t target = k_chunks_per_thread * nth;
+  struct split {
+    int64_t rows_per_chunk, total_rows;
+    decltype(compute)* fn;
+  } sp{((total_rows + target - 1) / target + 15) / 16 * 16, total_rows, &compute};
+  const int64_t n_chunks = (total_rows + sp.rows_per_chunk - 1) / sp.rows_per_chunk;
+  // Captures one pointer, so the std::function stores it inline (no allocation).
+  pool.run_chunks(n_chunks, [&sp](int64_t c) {
+    (*sp.fn)(c * sp.rows_per_chunk, std::min(sp.total_rows, (c + 1) * sp.rows_per_chunk));
   });
 }
 

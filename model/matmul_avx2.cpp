@@ -11,7 +11,6 @@
 #include <cstdint>
 
 #include "model/detail/matmul_kernels.hpp"
-#include "model/quant.hpp"
 #include "model/detail/quant_blocks.hpp"
 
 namespace troupe::model::detail {
@@ -29,6 +28,11 @@ inline uint16_t load_u16(const uint8_t* p) {
   __builtin_memcpy(&v, p, sizeof v);
   return v;
 }
+
+// fp32 -> fp16 -> fp32 with F16C, bit-identical to quant.hpp's round_fp16 (round to nearest
+// even), which this file must not call: it is inline, and its copy from here could be the one
+// the linker keeps for scalar callers.
+inline float round_through_fp16(float f) { return _cvtsh_ss(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
 
 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -382,8 +386,8 @@ void quantize_acts(const float* x, int64_t n, int8_t* qs, float* d, float* s) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), p);
     // Scales rounded through fp16 as ggml's block_q8_0 / block_q8_1 store them: the products
     // then match llama.cpp's bit for bit, which keeps greedy decoding on the same path.
-    d[b] = round_fp16(db);
-    s[b] = round_fp16(db * static_cast<float>(hsum_epi32(sum)));
+    d[b] = round_through_fp16(db);
+    s[b] = round_through_fp16(db * static_cast<float>(hsum_epi32(sum)));
   }
 }
 

@@ -24,13 +24,22 @@ class thread_pool {
   // when all are done. Not reentrant: one run at a time per pool. fn must not throw.
   void run(const std::function<void(int ith, int nth)>& fn);
 
-  // Splits [0, n) into contiguous chunks across the workers.
+  // Runs fn(chunk) once for every chunk in [0, n_chunks) and returns when all are done. Chunks
+  // go to whichever threads are running (the caller takes them too); a worker the OS has not
+  // scheduled in time simply takes none, so on a busy machine a call slows down to the
+  // caller's own speed instead of stalling until the worker gets a core. Same rules as run().
+  void run_chunks(int64_t n_chunks, const std::function<void(int64_t chunk)>& fn);
+
+  // Splits [0, n) into contiguous chunks across the workers (dynamically, as run_chunks).
   void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
 
  private:
   void worker_loop(int ith);
+  void publish(uint64_t kind);
   bool wait_for_work(uint64_t seen);
-  void wait_for_workers();
+  void wait_until(const std::atomic<int64_t>& counter, int64_t target);
+  void take_chunks();
+  void notify_caller();
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -40,12 +49,23 @@ class thread_pool {
   std::mutex mu_;
   std::condition_variable cv_start_;
   std::condition_variable cv_done_;
-  const std::function<void(int, int)>* job_ = nullptr;  // published by the generation bump
+  // Each job bumps generation_ (sequence << 1 | kind bit: 0 = run(), 1 = run_chunks()).
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  uint64_t sequence_ = 0;  // caller-only
   std::atomic<int> sleepers_{0};
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stop_{false};
+  // run(): the job, published by the generation bump; run() waits for every worker, so it is
+  // never rewritten while a worker may read it.
+  const std::function<void(int, int)>* job_ = nullptr;
+  std::atomic<int64_t> pending_{0};
+  // run_chunks(): workers may arrive late, after the call returned, so they only ever reach the
+  // chunk function through a successful claim. claim_ holds (chunk job id << 32 | next chunk);
+  // a claim is a CAS on it, which fails once the job has moved on.
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<const std::function<void(int64_t)>*> chunk_fn_{nullptr};
+  std::atomic<int64_t> n_chunks_{0};
+  std::atomic<int64_t> chunks_done_{0};
 };
 
 }  // namespace troupe::model

@@ -83,6 +83,47 @@ TEST(ThreadPool, ParallelForCoversRangeExactlyOnce) {
   }
 }
 
+TEST(ThreadPool, RunChunksRunsEveryChunkExactlyOnce) {
+  for (int n : {1, 2, 3}) {
+    thread_pool pool(n);
+    for (int64_t chunks : {0, 1, 2, 3, 17, 1000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(chunks));
+      pool.run_chunks(chunks, [&](int64_t c) { hits[static_cast<size_t>(c)].fetch_add(1); });
+      for (auto& h : hits) EXPECT_EQ(h.load(), 1) << "threads " << n << " chunks " << chunks;
+    }
+  }
+}
+
+// A chunk that blocks its thread (as a descheduled worker would): the call still completes with
+// every chunk run, the rest going to whichever thread is free.
+TEST(ThreadPool, RunChunksCompletesAroundASlowChunk) {
+  thread_pool pool(2);
+  std::vector<std::thread::id> ran_by(20);
+  pool.run_chunks(20, [&](int64_t c) {
+    if (c == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ran_by[static_cast<size_t>(c)] = std::this_thread::get_id();
+  });
+  for (auto& id : ran_by) EXPECT_NE(id, std::thread::id());
+}
+
+// Back-to-back jobs of both kinds, as a decode step issues them (matmuls are chunk jobs, other
+// ops per-thread jobs): workers that arrive late for a chunk job must neither run a chunk twice
+// nor miss the per-thread job that follows it.
+TEST(ThreadPool, InterleavedRunAndChunkJobs) {
+  thread_pool pool(2);
+  std::atomic<int64_t> chunk_sum{0};
+  std::vector<int64_t> per_thread(2, 0);
+  constexpr int rounds = 1000;
+  for (int i = 0; i < rounds; ++i) {
+    pool.run_chunks(4, [&](int64_t c) { chunk_sum.fetch_add(c + 1); });
+    pool.run([&](int ith, int) { per_thread[static_cast<size_t>(ith)] += 1; });
+    pool.parallel_for(3, [&](int64_t b, int64_t e) { chunk_sum.fetch_add(e - b); });
+  }
+  EXPECT_EQ(chunk_sum.load(), rounds * (10 + 3));
+  EXPECT_EQ(per_thread[0], rounds);
+  EXPECT_EQ(per_thread[1], rounds);
+}
+
 TEST(ThreadPool, ShutsDownCleanlyInEveryState) {
   { thread_pool pool(4); }  // workers possibly not even started waiting yet
   {
