@@ -221,6 +221,12 @@ status gguf_file::parse() {
       if (!c.read(ne)) return make_error("file ends inside tensor info '" + t.name + "'");
       if (ne == 0 || ne > (1ull << 40)) return make_error("tensor '" + t.name + "' has invalid dimension " + std::to_string(ne));
       t.dims.push_back(static_cast<int64_t>(ne));
+      // The element count must stay far from overflow before elements() multiplies the dims.
+      uint64_t count = 1;
+      for (auto dim : t.dims) {
+        count *= static_cast<uint64_t>(dim);
+        if (count > (1ull << 40)) return make_error("tensor '" + t.name + "' is implausibly large");
+      }
     }
     uint32_t type = 0;
     if (!c.read(type) || !c.read(t.offset)) return make_error("file ends inside tensor info '" + t.name + "'");
