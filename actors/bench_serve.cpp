@@ -168,6 +168,7 @@ result<std::unique_ptr<pipeline>> start_pipeline(runtime& rt, const bench_serve_
                                                  bool prefix_caching, int max_num_seqs) {
   pipeline_config cfg;
   cfg.scheduler.policy = policy;
+  if (policy == "static") cfg.scheduler.policy_opts.values["batch_wait_ms"] = o.static_wait_ms;
   cfg.scheduler.max_num_seqs = max_num_seqs;
   cfg.scheduler.max_batched_tokens = o.max_batched_tokens;
   cfg.scheduler.prefix_caching = prefix_caching;
@@ -204,7 +205,9 @@ int run_bench_serve(const bench_serve_options& o) {
 
   if (o.compare) {
     std::printf("\n== 1. static vs %s, %d clients ==\n", o.policy.c_str(), o.clients);
-    std::printf("static = a dense batch: no one joins once it decodes; members that finish keep their slot\n");
+    std::printf("static = a dense batch of up to %d: it waits up to %.0f ms to fill, no one joins once it decodes, "
+                "and members that finish keep their slot until the last one does\n",
+                o.clients, o.static_wait_ms);
     std::vector<run_result> runs;
     for (const std::string& pol : {std::string("static"), o.policy}) {
       auto p = start_pipeline(rt, o, m.value(), pol, true, o.clients);

@@ -191,8 +191,10 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
   bv.n_running = static_cast<int32_t>(running_.size());
   for (auto id : running_) {
     const auto& s = seqs_.at(id);
-    bv.n_decoding += s.pad || s.generated + s.pending_samples > 0 ? 1 : 0;
+    bv.n_decoding += s.pad || s.generated > 0 ? 1 : 0;
   }
+  bv.n_waiting = static_cast<int32_t>(waiting_.size());
+  for (auto id : waiting_) bv.waited_us = std::max(bv.waited_us, now_us - seqs_.at(id).req.arrival_us);
   const auto order = running_;
   for (auto id : order) {
     if (d.budget <= 0) break;
@@ -203,7 +205,9 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
       // computed, one position per step, while there is room; then it lets go of its slot.
       const bool room = geo_.max_positions <= 0 || s.n_scheduled < geo_.max_positions;
       if (!room || !kv_.reserve(id, s.n_scheduled + 1)) {
-        remove(id);
+        // A finished member lets go; one whose last samples are still in flight must not
+        // vanish before they arrive (they finish it), so it only skips this step.
+        if (s.pad) remove(id);
         continue;
       }
       d.entries.push_back(make_pad_entry(s));

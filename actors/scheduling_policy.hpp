@@ -32,7 +32,9 @@ struct seq_view {
 // The running batch, as admission of new sequences sees it.
 struct batch_view {
   int32_t n_running = 0;       // sequences holding KV (running or paused)
-  int32_t n_decoding = 0;      // of those, how many have started generating
+  int32_t n_decoding = 0;      // of those, how many have produced a token
+  int32_t n_waiting = 0;       // sequences queued
+  int64_t waited_us = 0;       // how long the longest-waiting one has waited
   int32_t max_num_seqs = 0;
 };
 

@@ -25,6 +25,8 @@ troupe::app::register_bench reg("serve", "Serving pipeline under load: static vs
   sub.add_option("--max-batched-tokens", o->max_batched_tokens, "tokens per engine step")->capture_default_str();
   sub.add_option("--kv-mb", o->kv_mb, "KV memory, MiB")->capture_default_str();
   sub.add_option("--policy", o->policy, "continuous-batching policy compared with static")->capture_default_str();
+  sub.add_option("--static-wait-ms", o->static_wait_ms, "how long static batching waits to fill a batch")
+      ->capture_default_str();
   sub.add_option("--overhead-tokens", o->overhead_tokens, "tokens per sequence in the overhead run")->capture_default_str();
   sub.add_option("--system-words", o->system_words, "words in the shared system prompt")->capture_default_str();
   sub.add_option("--prefix-requests", o->prefix_requests, "requests in the prefix-caching run")->capture_default_str();

@@ -311,7 +311,8 @@ TEST(scheduler_state, preemption_under_random_load_with_eog_and_drops) {
         ASSERT_LE(h.tokens[id].size(), ref.size());
         EXPECT_TRUE(std::equal(h.tokens[id].begin(), h.tokens[id].end(), ref.begin())) << id;
       } else {
-        EXPECT_EQ(h.tokens[id], ref) << "depth " << depth << " request " << id;
+        EXPECT_EQ(h.tokens[id], ref) << "depth " << depth << " request " << id << " max_tokens " << pm.second
+                                     << " prompt " << ::testing::PrintToString(pm.first);
         EXPECT_TRUE(h.finished.count(id)) << id;
       }
     }
@@ -557,6 +558,24 @@ TEST(scheduler_policy, static_batch_is_dense_until_its_last_member_finishes) {
   EXPECT_GE(h.sched.stats().pad_tokens, 8);
   EXPECT_TRUE(h.sched.empty());
   EXPECT_EQ(h.sched.kv().pool().available(), fo.n_blocks);
+}
+
+TEST(scheduler_policy, static_batch_waits_to_fill_up) {
+  fake_options fo;
+  harness h(fo, cfg(256, 3), "static", {{{"batch_wait_ms", 10.0}}});
+  h.sched.enqueue(req(1, prompt_of(1, 5), 3, h.now), h.now);
+  EXPECT_FALSE(h.step());            // alone, it waits for company
+  h.now += 11'000;
+  EXPECT_TRUE(h.step());             // until the wait is over
+  h.run();
+  h.sched.enqueue(req(2, prompt_of(2, 5), 3, h.now), h.now);
+  h.sched.enqueue(req(3, prompt_of(3, 5), 3, h.now), h.now);
+  EXPECT_FALSE(h.step());
+  h.sched.enqueue(req(4, prompt_of(4, 5), 3, h.now), h.now);
+  EXPECT_TRUE(h.step());             // or until the batch is full
+  EXPECT_EQ(h.plans.back().entries.size(), 3u);
+  h.run();
+  EXPECT_EQ(h.tokens[4], fake_reference(fo, prompt_of(4, 5), 3));
 }
 
 TEST(policy_registry, duplicate_unknown_and_options) {
