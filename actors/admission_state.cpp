@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cache/cache_key.hpp"
+
 namespace troupe::actors {
 
 admission_state::admission_state(admission_config cfg, std::shared_ptr<const text_codec> codec)
@@ -130,6 +132,13 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
   r.arrival_us = now_us;
   const int64_t deadline_ms = spec.deadline_ms > 0 ? spec.deadline_ms : cfg_.default_deadline_ms;
   r.deadline_us = deadline_ms > 0 ? now_us + deadline_ms * 1000 : 0;
+  r.cache_requested = spec.cache;
+  if (spec.prompt_tokens.empty()) {
+    auto q = spec.messages.empty() ? cache::cache_query::from_prompt(spec.prompt, spec.cache)
+                                   : cache::cache_query::from_messages(spec.messages, spec.cache);
+    r.cache_context = std::move(q.context);
+    r.cache_question = std::move(q.question);
+  }
   d.open.id = r.id;
   d.open.arrival_us = now_us;
   d.open.prompt_tokens = n_prompt;

@@ -139,6 +139,7 @@ bool add_event(completion& c, const event& e) {
     c.usage = d->usage;
     c.timings = d->timings;
     c.cached = d->cached;
+    c.similarity = d->similarity;
     return true;
   }
   c.error = std::get<error_event>(e);

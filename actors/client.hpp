@@ -41,6 +41,7 @@ struct completion {
   usage_info usage;
   timing_info timings;
   bool cached = false;
+  float similarity = 0;        // when cached (see done_event)
   error_event error;           // error.code is empty unless it failed
   bool ok() const { return error.code.empty(); }
 };

@@ -35,11 +35,16 @@ struct cache_stats {
   int64_t hits = 0;
   int64_t stores = 0;
   int64_t entries = 0;
+  int64_t semantic_hits = 0;  // of the hits, those found by meaning rather than the exact text
+  bool enabled = true;
+  std::string policy;         // the response cache policy's name
+  std::string status;         // why the cache is disabled or degraded; empty when healthy
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cache_stats& x) {
-  return f(caf::meta::type_name("cache_stats"), x.lookups, x.hits, x.stores, x.entries);
+  return f(caf::meta::type_name("cache_stats"), x.lookups, x.hits, x.stores, x.entries, x.semantic_hits,
+           x.enabled, x.policy, x.status);
 }
 
 class exact_cache {

@@ -124,7 +124,7 @@ void restart(self_ptr self, const std::string& role, const std::string& reason) 
     st.links.admission = adopt(self, spawn_admission(sys, admission_cfg(st), st.codec));
     wire(self);
   } else if (role == "cache") {
-    st.links.cache = adopt(self, spawn_cache(sys, st.cfg.cache));
+    st.links.cache = adopt(self, spawn_cache(sys, st.cfg.cache, st.codec));
     wire(self);
   }
 }
@@ -179,7 +179,7 @@ caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker ma
                   auto& sys = self->system();
                   s.links.streamer = adopt(self, spawn_streamer(sys, s.cfg.streamer, s.codec));
                   s.links.scheduler = adopt(self, spawn_scheduler(sys, scheduler_opts(s), exec));
-                  s.links.cache = adopt(self, spawn_cache(sys, s.cfg.cache));
+                  s.links.cache = adopt(self, spawn_cache(sys, s.cfg.cache, s.codec));
                   s.links.admission = adopt(self, spawn_admission(sys, admission_cfg(s), s.codec));
                   wire(self);
                   rp.deliver(info);
@@ -231,6 +231,8 @@ result<std::unique_ptr<pipeline>> pipeline::start(caf::actor_system& sys, pipeli
   // Check what can be checked before anything runs.
   if (auto p = policy_registry::global().make(cfg.scheduler.policy, cfg.scheduler.policy_opts); !p)
     return make_error(p.error());
+  if (cfg.cache.enabled)
+    if (auto c = response_cache_registry().find(cfg.cache.policy); !c) return make_error(c.error());
   std::unique_ptr<pipeline> p(new pipeline(sys, cfg, codec));
   p->supervisor_ = sys.spawn(supervisor_fn, cfg, std::move(make), codec, p->cell_);
   caf::scoped_actor self{sys};

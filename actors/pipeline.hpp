@@ -5,7 +5,7 @@
 // `pipeline` object starts and stops it from ordinary code and answers questions about it.
 //
 // Defaults live here, in the config structs of each actor (scheduler_config, admission_config,
-// cache_config, streamer_config), each key documented where it is defined. A later issue reads
+// response_cache_config, streamer_config), each key documented where it is defined. A later issue reads
 // them from TOML and swaps actors while serving; the policy is already a name looked up in the
 // registry.
 #include <chrono>
@@ -32,7 +32,7 @@ struct pipeline_config {
   std::string model_name = "default";  // the name requests use (request_spec::model)
   scheduler_config scheduler;
   admission_config admission;          // model_name, n_ctx and n_vocab are filled in at start
-  cache_config cache;
+  response_cache_config cache;
   streamer_config streamer;
   int64_t step_timeout_ms = 120000;    // one engine step; longer counts as an executor fault
   int64_t startup_timeout_ms = 120000; // building the backend

@@ -88,12 +88,14 @@ struct request_spec {
   int32_t priority = 0;                // higher first, under the `priority` policy
   std::string tenant;                  // rate limits are per tenant; empty = "default"
   int64_t deadline_ms = 0;             // relative to submission; 0: admission's default (or none)
+  bool cache = false;                  // may be answered from / stored in the response cache even
+                                       // when sampled (greedy requests always may)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   return f(caf::meta::type_name("request_spec"), x.model, x.messages, x.prompt, x.prompt_tokens,
-           x.sampling, x.max_tokens, x.stop, x.ignore_eos, x.logprobs, x.priority, x.tenant, x.deadline_ms);
+           x.sampling, x.max_tokens, x.stop, x.ignore_eos, x.logprobs, x.priority, x.tenant, x.deadline_ms, x.cache);
 }
 
 struct usage_info {
@@ -142,12 +144,13 @@ struct done_event {
   usage_info usage;
   timing_info timings;
   bool cached = false;        // answered from the response cache
+  float similarity = 0;       // when cached: cosine between this question and the cached one (1: exact)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, done_event& x) {
   return f(caf::meta::type_name("done_event"), x.request_id, x.finish_reason, x.text, x.usage, x.timings,
-           x.cached);
+           x.cached, x.similarity);
 }
 
 struct error_event {
@@ -176,12 +179,19 @@ struct admitted_request {
   std::string tenant;
   int64_t arrival_us = 0;            // steady clock, this process
   int64_t deadline_us = 0;           // steady clock, this process; 0: none
+  // What the response cache keys on besides the tokens: the text the prompt was rendered from,
+  // split into context (system prompt, earlier turns; matched exactly) and question (the last
+  // user message, or a raw prompt; matched by meaning). Empty for prompt_tokens requests.
+  std::string cache_context;
+  std::string cache_question;
+  bool cache_requested = false;      // request_spec::cache
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, admitted_request& x) {
   return f(caf::meta::type_name("admitted_request"), x.id, x.model, x.prompt, x.sampling, x.max_tokens, x.stop,
-           x.eog, x.logprobs, x.priority, x.tenant, x.arrival_us, x.deadline_us);
+           x.eog, x.logprobs, x.priority, x.tenant, x.arrival_us, x.deadline_us, x.cache_context,
+           x.cache_question, x.cache_requested);
 }
 
 }  // namespace troupe::actors

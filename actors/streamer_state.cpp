@@ -54,6 +54,7 @@ void streamer_state::end(stream& s, const std::string& reason, const usage_info&
   d.timings.total_ms = static_cast<double>(now_us - s.info.arrival_us) / 1000.0;
   d.timings.preemptions = preemptions;
   d.cached = s.from_cache;
+  d.similarity = s.from_cache ? s.similarity : 0.0f;
   s.pending.emplace_back(std::move(d));
   s.ending = true;
   s.finish_reason = reason;
@@ -120,6 +121,7 @@ void streamer_state::on_replay(const cache_replay& r, int64_t now_us) {
   auto it = streams_.find(r.id);
   if (it == streams_.end()) return;
   it->second.from_cache = true;
+  it->second.similarity = r.similarity;
   for (size_t i = 0; i < r.tokens.size(); ++i) {
     it = streams_.find(r.id);
     if (it == streams_.end() || it->second.ending) return;

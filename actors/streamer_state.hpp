@@ -46,11 +46,12 @@ struct cache_replay {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   std::string finish_reason;
+  float similarity = 1.0f;  // cosine between the questions; 1 for an exact match
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cache_replay& x) {
-  return f(caf::meta::type_name("cache_replay"), x.id, x.tokens, x.logprobs, x.finish_reason);
+  return f(caf::meta::type_name("cache_replay"), x.id, x.tokens, x.logprobs, x.finish_reason, x.similarity);
 }
 
 // A stream that ended, for admission (queue accounting) and the cache (storing answers).
@@ -139,6 +140,7 @@ class streamer_state {
     uint64_t pause_serial = 0;
     int64_t first_token_us = 0;
     bool from_cache = false;
+    float similarity = 0;
     bool ending = false;               // its last event is queued; closes when delivered
     std::string finish_reason;
   };

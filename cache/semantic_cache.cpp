@@ -416,6 +416,10 @@ actors::cache_stats semantic_cache::stats() const {
   s.hits = st_.hits;
   s.stores = st_.stores;
   s.entries = static_cast<int64_t>(entries_.size());
+  s.semantic_hits = st_.semantic_hits;
+  s.enabled = enabled_;
+  s.policy = "semantic";
+  s.status = status_;
   return s;
 }
 

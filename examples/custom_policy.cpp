@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   pipeline_config cfg;
   cfg.scheduler.policy = "newest_first";  // any name in the registry
   cfg.scheduler.max_num_seqs = 1;
+  cfg.cache.enabled = false;  // every request must reach the scheduler for the order to show
   auto p = pipeline::start(rt.system(), cfg, m.value(), model::backend_options{});
   if (!p) {
     std::fprintf(stderr, "%s\n", p.error().c_str());

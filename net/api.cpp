@@ -155,6 +155,7 @@ void read_common(reader& r, actors::request_spec& s) {
   r.int_as("seed", s.sampling.seed);
   r.int_as("priority", s.priority);
   r.boolean("ignore_eos", s.ignore_eos);
+  r.boolean("cache", s.cache);
   int64_t deadline = 0;
   r.integer("deadline_ms", deadline);
   s.deadline_ms = deadline;
@@ -471,6 +472,7 @@ std::string done_frame(std::string_view id, const actors::done_event& d) {
   w.field("queue_ms", d.timings.queue_ms).field("ttft_ms", d.timings.ttft_ms).field("total_ms", d.timings.total_ms);
   w.field("preemptions", d.timings.preemptions).end_object();
   w.field("cached", d.cached);
+  if (d.cached) w.field("similarity", d.similarity);
   w.end_object();
   return w.take();
 }

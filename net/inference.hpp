@@ -28,6 +28,8 @@ class inference {
   virtual cancel_fn submit(actors::request_spec spec, std::function<void(const event&)> on_event) = 0;
   // Extra Prometheus lines about the pipeline (gauges), possibly cached; may be empty.
   virtual std::string pipeline_metrics() const { return {}; }
+  // Details for /health as JSON object members (`"cache":{...}`), possibly cached; may be empty.
+  virtual std::string health_details() const { return {}; }
 };
 
 }  // namespace troupe::net

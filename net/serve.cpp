@@ -13,6 +13,7 @@
 #include "actors/pipeline.hpp"
 #include "actors/runtime.hpp"
 #include "model/llama_model.hpp"
+#include "net/json_writer.hpp"
 #include "net/metrics.hpp"
 
 namespace troupe::net {
@@ -50,6 +51,11 @@ class pipeline_inference : public inference {
     return gauges_;
   }
 
+  std::string health_details() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return health_;
+  }
+
   void set(std::unique_ptr<actors::pipeline> p) {
     std::lock_guard<std::mutex> lock(mu_);
     pipeline_ = std::move(p);
@@ -79,14 +85,27 @@ class pipeline_inference : public inference {
     g += "# HELP troupe_prefix_cache_hit_tokens_scheduler_total Prompt tokens reused from the prefix cache.\n"
          "# TYPE troupe_prefix_cache_hit_tokens_scheduler_total counter\n"
          "troupe_prefix_cache_hit_tokens_scheduler_total " + std::to_string(st->prefix_hit_tokens) + "\n";
+    std::string health;
     if (auto cs = p->get_cache_stats(std::chrono::seconds(2))) {
       g += "# HELP troupe_response_cache_lookups_total Response cache lookups.\n# TYPE troupe_response_cache_lookups_total counter\n"
            "troupe_response_cache_lookups_total " + std::to_string(cs->lookups) + "\n";
       g += "# HELP troupe_response_cache_hits_total Response cache hits.\n# TYPE troupe_response_cache_hits_total counter\n"
            "troupe_response_cache_hits_total " + std::to_string(cs->hits) + "\n";
+      g += "# HELP troupe_response_cache_semantic_hits_total Response cache hits found by meaning (not the exact text).\n"
+           "# TYPE troupe_response_cache_semantic_hits_total counter\n"
+           "troupe_response_cache_semantic_hits_total " + std::to_string(cs->semantic_hits) + "\n";
+      gauge("troupe_response_cache_entries", "Answers held by the response cache.", cs->entries);
+      gauge("troupe_response_cache_enabled", "1 when the response cache serves lookups.", cs->enabled ? 1 : 0);
+      json_writer w;
+      w.key("cache").begin_object().field("enabled", cs->enabled).field("policy", cs->policy);
+      w.field("entries", cs->entries).field("lookups", cs->lookups).field("hits", cs->hits);
+      if (!cs->status.empty()) w.field("status", cs->status);
+      w.end_object();
+      health = w.take();
     }
     std::lock_guard<std::mutex> lock(mu_);
     gauges_ = std::move(g);
+    health_ = std::move(health);
   }
 
   void stop() {
@@ -109,6 +128,7 @@ class pipeline_inference : public inference {
   std::unique_ptr<actors::pipeline> pipeline_;
   std::unique_ptr<actors::client> client_;
   std::string gauges_;
+  std::string health_;
 };
 
 }  // namespace
@@ -140,11 +160,13 @@ struct serve_instance::impl {
       actors::pipeline_config cfg;
       cfg.model_name = inf.model_name();
       cfg.scheduler.max_num_seqs = opts.max_num_seqs;
-      cfg.cache.enabled = opts.response_cache;
+      cfg.cache = opts.cache;
+      cfg.cache.enabled = opts.cache.enabled && opts.response_cache;
       model::backend_options bo;
       bo.n_threads = opts.backend_threads;
       bo.kv_bytes = opts.kv_mb << 20;
-      auto p = actors::pipeline::start(rt.system(), cfg, m.value(), bo);
+      if (opts.configure) opts.configure(cfg, bo);
+      auto p = actors::pipeline::start(rt.system(), cfg, m.value(), bo, opts.backend);
       if (!p) err = "cannot start the pipeline: " + p.error();
       else inf.set(std::move(p.value()));
     }

@@ -4,11 +4,20 @@
 // "loading" until the model is up). Tests start one in process on an ephemeral port.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
+#include "actors/response_cache.hpp"
 #include "model/result.hpp"
 #include "net/server.hpp"
+
+namespace troupe::actors {
+struct pipeline_config;
+}
+namespace troupe::model {
+struct backend_options;
+}
 
 namespace troupe::net {
 
@@ -19,8 +28,13 @@ struct serve_options {
   int backend_threads = 0;     // engine threads; 0: all cores
   int64_t kv_mb = 256;         // KV memory
   int32_t max_num_seqs = 64;   // sequences decoded together
-  bool response_cache = true;  // the exact-match response cache
+  bool response_cache = true;  // the response cache on or off (overrides cache.enabled when false)
+  actors::response_cache_config cache;  // policy ("semantic", "exact"), store path, threshold, TTL, ...
   bool quiet = false;          // no startup lines on stdout
+  std::string backend = "cpu"; // a registered backend
+  // Runs on the pipeline's config and the backend's options once the fields above are applied:
+  // the config module (config/serve_config.hpp) sets what has no field here.
+  std::function<void(actors::pipeline_config&, model::backend_options&)> configure;
 };
 
 class serve_instance {

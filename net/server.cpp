@@ -134,8 +134,10 @@ class http_session : public std::enable_shared_from_this<http_session> {
       endpoint_ = "health";
       if (method != http::verb::get && method != http::verb::head) return method_not_allowed("GET");
       const bool ok = ctx_.inf.ready();
-      return send(ok ? http::status::ok : http::status::service_unavailable,
-                  ok ? R"({"status":"ok"})" : R"({"status":"loading"})", "application/json");
+      const std::string details = ctx_.inf.health_details();
+      std::string body = ok ? R"({"status":"ok")" : R"({"status":"loading")";
+      if (!details.empty()) body += "," + details;
+      return send(ok ? http::status::ok : http::status::service_unavailable, body + "}", "application/json");
     }
     if (path == "/metrics") {
       endpoint_ = "metrics";

@@ -14,6 +14,7 @@
 #include "actors/client.hpp"
 #include "actors/runtime.hpp"
 #include "tests/actors/fake_backend.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
@@ -36,6 +37,7 @@ pipeline_config small_config() {
   c.admission.max_tokens_cap = 256;
   c.admission.max_pending = 4096;
   c.step_timeout_ms = 10000;
+  c.cache.policy = "exact";  // in memory; the semantic policy has its own test below
   return c;
 }
 
@@ -213,6 +215,106 @@ TEST(pipeline, exact_repeat_is_served_from_the_cache) {
   auto st = p->get_cache_stats();
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->hits, 1);
+}
+
+request_spec chat_of(const std::string& system, const std::string& question, int32_t max_tokens) {
+  request_spec s;
+  if (!system.empty()) s.messages.push_back({"system", system});
+  s.messages.push_back({"user", question});
+  s.max_tokens = max_tokens;
+  return s;
+}
+
+TEST(pipeline, semantic_cache_answers_a_paraphrase_with_its_similarity) {
+  runtime rt;
+  fake_options fo;
+  test::temp_dir dir("pipeline-semcache");
+  auto cfg = small_config();
+  cfg.cache.policy = "semantic";
+  cfg.cache.semantic.path = dir.str("db");
+  cfg.cache.semantic.embedder = "hashed_ngrams";  // MiniLM is exercised by the real-model tests
+  cfg.cache.semantic.threshold = 0.80f;
+  cfg.cache.semantic.async_insert = false;
+  auto p = start(rt, cfg, fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  auto first = c.submit(chat_of("", "What is the capital city of France?", 12))->wait(10s);
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(first.cached);
+
+  // The same question, with other whitespace: the exact path, similarity 1.
+  auto again = c.submit(chat_of("", "What is the  capital city of France? ", 12))->wait(10s);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again.cached);
+  EXPECT_FLOAT_EQ(again.similarity, 1.0f);
+  EXPECT_EQ(again.tokens, first.tokens);
+  EXPECT_EQ(again.text, first.text);
+
+  // A near paraphrase: served by meaning, with its cosine.
+  auto para = c.submit(chat_of("", "what is the capital city of France", 12))->wait(10s);
+  ASSERT_TRUE(para.ok());
+  EXPECT_TRUE(para.cached);
+  EXPECT_GE(para.similarity, 0.80f);
+  EXPECT_LT(para.similarity, 1.0f);
+  EXPECT_EQ(para.tokens, first.tokens);
+
+  // Another persona never shares the answer; nor does another max_tokens.
+  EXPECT_FALSE(c.submit(chat_of("You are a pirate.", "What is the capital city of France?", 12))->wait(10s).cached);
+  EXPECT_FALSE(c.submit(chat_of("", "What is the capital city of France?", 13))->wait(10s).cached);
+  // Sampled requests are not cached unless they ask.
+  auto sampled = chat_of("", "What is the capital city of France?", 12);
+  sampled.sampling.temperature = 0.8f;
+  sampled.sampling.seed = 7;
+  EXPECT_FALSE(c.submit(sampled)->wait(10s).cached);
+
+  auto st = p->get_cache_stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->policy, "semantic");
+  EXPECT_TRUE(st->enabled);
+  EXPECT_EQ(st->hits, 2);
+  EXPECT_EQ(st->semantic_hits, 1);
+}
+
+TEST(pipeline, unusable_cache_store_serves_every_request_uncached) {
+  runtime rt;
+  fake_options fo;
+  test::temp_dir dir("pipeline-badcache");
+  {
+    std::FILE* f = std::fopen(dir.str("not-a-dir").c_str(), "w");
+    ASSERT_TRUE(f);
+    std::fputs("x", f);
+    std::fclose(f);
+  }
+  auto cfg = small_config();
+  cfg.cache.policy = "semantic";
+  cfg.cache.semantic.path = dir.str("not-a-dir");  // a file: RocksDB cannot open it
+  cfg.cache.semantic.embedder = "hashed_ngrams";
+  auto p = start(rt, cfg, fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  for (int i = 0; i < 2; ++i) {
+    auto out = c.submit(chat_of("", "Same question twice", 8))->wait(10s);
+    ASSERT_TRUE(out.ok()) << out.error.message;
+    EXPECT_FALSE(out.cached);
+  }
+  auto st = p->get_cache_stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_FALSE(st->enabled);
+  EXPECT_NE(st->status.find("disabled"), std::string::npos) << st->status;
+}
+
+TEST(pipeline, unknown_cache_policy_stops_startup_and_names_the_known_ones) {
+  runtime rt;
+  fake_options fo;
+  auto cfg = small_config();
+  cfg.cache.policy = "psychic";
+  auto p = pipeline::start(rt.system(), cfg, fake_maker(fo), make_byte_codec(fo.n_vocab, fo.eog));
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().find("psychic"), std::string::npos) << p.error();
+  EXPECT_NE(p.error().find("exact"), std::string::npos) << p.error();
+  EXPECT_NE(p.error().find("semantic"), std::string::npos) << p.error();
+  cfg.cache.enabled = false;  // a disabled cache's policy name does not matter
+  EXPECT_TRUE(pipeline::start(rt.system(), cfg, fake_maker(fo), make_byte_codec(fo.n_vocab, fo.eog)).ok());
 }
 
 TEST(pipeline, stop_strings_end_the_stream_without_leaking) {

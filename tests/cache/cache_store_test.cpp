@@ -15,7 +15,7 @@
 
 #include <rocksdb/db.h>
 
-#include "tests/cache/temp_dir.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe::cache;
 

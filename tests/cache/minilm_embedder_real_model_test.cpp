@@ -12,7 +12,7 @@
 #include <simdjson.h>
 
 #include "model/gguf_reader.hpp"
-#include "tests/cache/cache_test_paths.hpp"
+#include "tests/support/embedder_paths.hpp"
 #include "tests/support/test_paths.hpp"
 
 using namespace troupe::cache;

@@ -12,8 +12,8 @@
 #include "cache/minilm_embedder.hpp"
 #include "cache/question_guard.hpp"
 #include "cache/semantic_cache.hpp"
-#include "tests/cache/cache_test_paths.hpp"
-#include "tests/cache/temp_dir.hpp"
+#include "tests/support/embedder_paths.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "tests/support/test_paths.hpp"
 
 using namespace troupe::cache;

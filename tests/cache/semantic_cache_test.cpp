@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "cache/hashed_ngram_embedder.hpp"
-#include "tests/cache/temp_dir.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe::cache;
 using troupe::actors::admitted_request;

@@ -1,7 +1,8 @@
 // `troupe serve` in process on an ephemeral loopback port with SmolLM2-135M, driven by a Beast
 // client: a non-streamed chat completion, an SSE stream ending with [DONE], WebSocket
 // generate -> tokens -> done (with a bad frame in between that must not disturb it), resume
-// after a disconnect, and bad JSON -> 400.
+// after a disconnect, bad JSON -> 400, and the semantic cache (MiniLM) answering a repeat and a
+// paraphrase with `cached` and `similarity`, reported in /health.
 #include <gtest/gtest.h>
 
 #include <boost/asio/connect.hpp>
@@ -14,8 +15,13 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
 
 #include "net/serve.hpp"
+#include "tests/support/embedder_paths.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "tests/support/test_paths.hpp"
 
 using namespace troupe;
@@ -38,6 +44,10 @@ class server_real_model : public ::testing::Test {
     o.backend_threads = 2;
     o.kv_mb = 64;
     o.quiet = true;
+    cache_dir = new test::temp_dir("server-cache");
+    o.cache.semantic.path = cache_dir->str("db");
+    o.cache.semantic.embedder_opts.model_dir = test::embedder_dir();
+    o.cache.semantic.async_insert = false;
     auto s = net::serve_instance::start(o);
     ASSERT_TRUE(s.ok()) << s.error();
     inst = std::move(s.value()).release();
@@ -46,6 +56,8 @@ class server_real_model : public ::testing::Test {
   static void TearDownTestSuite() {
     delete inst;
     inst = nullptr;
+    delete cache_dir;
+    cache_dir = nullptr;
   }
   void SetUp() override {
     if (!inst) GTEST_SKIP() << "real model not found at " << test::real_model_path();
@@ -81,11 +93,45 @@ class server_real_model : public ::testing::Test {
     return beast::buffers_to_string(b.data());
   }
 
+  http::response<http::string_body> get(const std::string& target) {
+    asio::io_context ioc;
+    beast::tcp_stream s(ioc);
+    s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), inst->port()));
+    http::request<http::empty_body> req(http::verb::get, target, 11);
+    req.set(http::field::host, "127.0.0.1");
+    http::write(s, req);
+    beast::flat_buffer buf;
+    http::response<http::string_body> res;
+    http::read(s, buf, res);
+    return res;
+  }
+
+  // One WebSocket generate of `question` as a chat message; the text and the done frame.
+  std::pair<std::string, std::string> ask(const std::string& id, const std::string& question) {
+    asio::io_context ioc;
+    auto w = ws(ioc);
+    w->write(asio::buffer(R"({"type":"generate","id":")" + id + R"(","messages":[{"role":"user","content":")" + question +
+                          R"("}],"max_tokens":12})"));
+    std::string text;
+    for (;;) {
+      const auto f = read_text(*w);
+      auto doc = json.parse(f);
+      const std::string_view type(doc["type"]);
+      if (type == "token") text += std::string(std::string_view(doc["text"]));
+      if (type == "done" || type == "error") {
+        w->close(websocket::close_code::normal);
+        return {text, f};
+      }
+    }
+  }
+
   static net::serve_instance* inst;
+  static test::temp_dir* cache_dir;
   simdjson::dom::parser json;
 };
 
 net::serve_instance* server_real_model::inst = nullptr;
+test::temp_dir* server_real_model::cache_dir = nullptr;
 
 }  // namespace
 
@@ -183,4 +229,50 @@ TEST_F(server_real_model, websocket_resume_after_disconnect) {
     EXPECT_EQ(int64_t(doc["index"]), expect++);  // nothing lost, nothing duplicated
   }
   EXPECT_EQ(expect, 24);
+}
+
+TEST_F(server_real_model, semantic_cache_serves_a_repeat_and_a_paraphrase) {
+  if (!test::embedder_available()) GTEST_SKIP() << "no MiniLM files in " << test::embedder_dir();
+  auto [text1, done1] = ask("c1", "What is the capital city of Italy?");
+  auto d1 = json.parse(done1);
+  ASSERT_EQ(std::string_view(d1["type"]), "done") << done1;
+  EXPECT_FALSE(bool(d1["cached"]));
+  ASSERT_FALSE(text1.empty());
+
+  // The stream's close reaches the cache just after the done frame: give it a moment.
+  std::string text2, done2;
+  for (int i = 0; i < 50; ++i) {
+    std::tie(text2, done2) = ask("c2", "What is the capital city of Italy?");
+    if (json.parse(done2)["cached"].get_bool().value_unsafe()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto d2 = json.parse(done2);
+  EXPECT_TRUE(bool(d2["cached"])) << done2;
+  EXPECT_DOUBLE_EQ(double(d2["similarity"]), 1.0);
+  EXPECT_EQ(text2, text1);
+
+  // A paraphrase MiniLM puts above the 0.90 threshold, which the lexical guards let through.
+  auto [text3, done3] = ask("c3", "what is the capital city of italy");
+  auto d3 = json.parse(done3);
+  EXPECT_TRUE(bool(d3["cached"])) << done3;
+  EXPECT_GE(double(d3["similarity"]), 0.90);
+  EXPECT_LT(double(d3["similarity"]), 1.0);
+  EXPECT_EQ(text3, text1);
+
+  // A different question is not served someone else's answer.
+  auto [text4, done4] = ask("c4", "What is the capital city of Spain?");
+  EXPECT_FALSE(bool(json.parse(done4)["cached"])) << done4;
+
+  // /health says the cache is on (the poller refreshes it every 2 s).
+  std::string health;
+  for (int i = 0; i < 50; ++i) {
+    health = get("/health").body();
+    if (health.find("\"hits\":2") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  auto h = json.parse(health);
+  EXPECT_EQ(std::string_view(h["status"]), "ok") << health;
+  EXPECT_TRUE(bool(h["cache"]["enabled"])) << health;
+  EXPECT_EQ(std::string_view(h["cache"]["policy"]), "semantic") << health;
+  EXPECT_GE(int64_t(h["cache"]["hits"]), 2) << health;
 }
