@@ -5,7 +5,10 @@
 // streamer, for the queue cap.
 #include <cstdint>
 
+#include <memory>
+
 #include <caf/actor_system.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 #include <caf/meta/type_name.hpp>
 #include <caf/typed_actor.hpp>
@@ -32,11 +35,26 @@ typename Inspector::result_type inspect(Inspector& f, submit_reply& x) {
   return f(caf::meta::type_name("submit_reply"), x.id, x.error);
 }
 
+// Admission's state on its way to a successor (hot reload; in process only: a pointer).
+struct admission_handover {
+  std::shared_ptr<admission_state> adm;
+};
+
+}  // namespace troupe::actors
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::admission_handover)
+
+namespace troupe::actors {
+
 using admission_actor = caf::typed_actor<caf::replies_to<submit_atom, request_spec, event_sink>::with<submit_reply>,
                                          caf::reacts_to<closed_atom, uint64_t>,
                                          caf::replies_to<stats_atom>::with<admission_stats>,
-                                         caf::reacts_to<links_atom, pipeline_links>>;
+                                         caf::reacts_to<links_atom, pipeline_links>,
+                                         caf::replies_to<handover_atom>::with<admission_handover>,
+                                         caf::reacts_to<forward_atom, caf::actor>>;
 
 admission_actor spawn_admission(caf::actor_system& sys, admission_config cfg, std::shared_ptr<const text_codec> codec);
+// A successor on a predecessor's state (requests in flight, tenant buckets, ids) with new limits.
+admission_actor spawn_admission(caf::actor_system& sys, admission_config cfg, admission_handover from);
 
 }  // namespace troupe::actors

@@ -68,6 +68,8 @@ class admission_state {
 
   admission_stats stats() const;
   const admission_config& config() const { return cfg_; }
+  // Hot reload: new limits for the same requests in flight, tenant buckets and id sequence.
+  void reconfigure(admission_config cfg) { cfg_ = std::move(cfg); }
 
  private:
   struct bucket {

@@ -5,8 +5,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -160,15 +163,39 @@ void print_run(const run_result& r) {
               100.0 * static_cast<double>(s.forward_us) * 1e-6 / r.wall_s,
               100.0 * static_cast<double>(s.sample_us) * 1e-6 / r.wall_s, static_cast<long long>(s.preemptions),
               static_cast<long long>(s.pad_tokens));
+  std::printf("  batch size limit %d at the end\n", s.max_num_seqs);
   std::fflush(stdout);
+}
+
+// "adaptive.target_itl_ms=80,window.window_ms=50": options by policy name.
+using options_by_policy = std::map<std::string, policy_options>;
+result<options_by_policy> parse_policy_opts(const std::string& spec) {
+  options_by_policy out;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const auto dot = item.find('.'), eq = item.find('=');
+    if (dot == std::string::npos || eq == std::string::npos || eq < dot + 2)
+      return make_error("--policy-opt '" + item + "': expected policy.key=value");
+    char* end = nullptr;
+    const std::string value = item.substr(eq + 1);
+    const double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0') return make_error("--policy-opt '" + item + "': the value is not a number");
+    out[item.substr(0, dot)].values[item.substr(dot + 1, eq - dot - 1)] = v;
+  }
+  return out;
 }
 
 result<std::unique_ptr<pipeline>> start_pipeline(runtime& rt, const bench_serve_options& o,
                                                  const std::shared_ptr<model::llama_model>& m, const std::string& policy,
-                                                 bool prefix_caching, int max_num_seqs) {
+                                                 bool prefix_caching, int max_num_seqs,
+                                                 const options_by_policy& opts = {}) {
   pipeline_config cfg;
   cfg.scheduler.policy = policy;
   if (policy == "static") cfg.scheduler.policy_opts.values["batch_wait_ms"] = o.static_wait_ms;
+  if (auto it = opts.find(policy); it != opts.end())
+    for (const auto& [k, v] : it->second.values) cfg.scheduler.policy_opts.values[k] = v;
   cfg.scheduler.max_num_seqs = max_num_seqs;
   cfg.scheduler.max_batched_tokens = o.max_batched_tokens;
   cfg.scheduler.prefix_caching = prefix_caching;
@@ -199,6 +226,11 @@ int run_bench_serve(const bench_serve_options& o) {
   std::printf("workload: prompts %d-%d tokens; outputs %d-%d tokens (%.0f%%) or %d-%d tokens (%.0f%%)\n", o.prompt_min,
               o.prompt_max, o.short_min, o.short_max, 100 * (1 - o.long_share), o.long_min, o.long_max,
               100 * o.long_share);
+  auto popts = parse_policy_opts(o.policy_opts);
+  if (!popts) {
+    std::fprintf(stderr, "error: %s\n", popts.error().c_str());
+    return 1;
+  }
   runtime rt;
   const auto work = make_workload(o, hp.n_vocab);
   bool ok = true;
@@ -210,7 +242,7 @@ int run_bench_serve(const bench_serve_options& o) {
                 o.clients, o.static_wait_ms);
     std::vector<run_result> runs;
     for (const std::string& pol : {std::string("static"), o.policy}) {
-      auto p = start_pipeline(rt, o, m.value(), pol, true, o.clients);
+      auto p = start_pipeline(rt, o, m.value(), pol, true, o.clients, *popts);
       if (!p) {
         std::fprintf(stderr, "error: %s\n", p.error().c_str());
         return 1;
@@ -303,6 +335,42 @@ int run_bench_serve(const bench_serve_options& o) {
                 "(%.1fx); first request %.1f / %.1f ms\n",
                 prompt_len, o.prefix_requests, warm[1], warm[0], warm[1] > 0 ? warm[0] / warm[1] : 0.0, cold[1],
                 cold[0]);
+  }
+  if (!o.policies.empty()) {
+    std::printf("\n== 4. the run-1 workload under each policy, %d clients, max_num_seqs %d ==\n", o.clients, o.clients);
+    std::vector<run_result> runs;
+    std::stringstream ss(o.policies);
+    std::string pol;
+    while (std::getline(ss, pol, ',')) {
+      if (pol.empty()) continue;
+      std::string desc;
+      if (auto it = popts->find(pol); it != popts->end())
+        for (const auto& [k, v] : it->second.values) {
+          char num[32];
+          std::snprintf(num, sizeof num, "%g", v);
+          desc += (desc.empty() ? "" : ", ") + k + "=" + num;
+        }
+      auto p = start_pipeline(rt, o, m.value(), pol, true, o.clients, *popts);
+      if (!p) {
+        std::fprintf(stderr, "error: %s\n", p.error().c_str());
+        return 1;
+      }
+      runs.push_back(drive(**p, work, o.clients, desc.empty() ? pol : pol + " (" + desc + ")"));
+      print_run(runs.back());
+      ok = ok && runs.back().errors == 0;
+    }
+    std::printf("\n  %-10s %8s %9s %9s %8s %8s %8s %7s %8s %6s\n", "policy", "tok/s", "TTFT p50", "TTFT p95", "ITL p50",
+                "ITL p95", "ITL p99", "batch", "preempt", "limit");
+    for (const auto& r : runs) {
+      const auto& s = r.stats;
+      double mean_b = 0;
+      for (size_t b = 0; b < s.batch_hist.size(); ++b)
+        mean_b += static_cast<double>(b) * static_cast<double>(s.batch_hist[b]);
+      mean_b /= static_cast<double>(std::max<int64_t>(1, s.steps));
+      std::printf("  %-10s %8.1f %9.1f %9.1f %8.1f %8.1f %8.1f %7.1f %8lld %6d\n", s.policy.c_str(), r.tokens_per_s(),
+                  pct(r.ttft_ms, 50), pct(r.ttft_ms, 95), pct(r.itl_ms, 50), pct(r.itl_ms, 95), pct(r.itl_ms, 99),
+                  mean_b, static_cast<long long>(s.preemptions), s.max_num_seqs);
+    }
   }
   return ok ? 0 : 1;
 }

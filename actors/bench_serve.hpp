@@ -9,7 +9,10 @@
 //     the two throughputs (continuous batching should reach >= 2x static);
 //  2. the share of wall time spent outside the backend's step with 16 sequences decoding
 //     (target < 5%);
-//  3. TTFT with and without prefix caching for requests sharing a long system prompt.
+//  3. TTFT with and without prefix caching for requests sharing a long system prompt;
+//  4. (with `policies`) the run-1 workload under each named policy in turn, and a table side by
+//     side: throughput, TTFT, inter-token latency, batch size, preemptions, and the batch size
+//     limit in force at the end (an adaptive policy moves it).
 #include <cstdint>
 #include <string>
 
@@ -38,6 +41,8 @@ struct bench_serve_options {
   int overhead_tokens = 24;      // tokens each of the 16 sequences generates in run 2
   int system_words = 160;        // length of the shared system prompt in run 3 (~1.3 tokens a word)
   int prefix_requests = 5;
+  std::string policies;          // run 4: comma-separated policy names, e.g. "fcfs,adaptive,window,bucketed"
+  std::string policy_opts;       // options by policy, e.g. "adaptive.target_itl_ms=80,window.window_ms=50"
   uint64_t seed = 1;
 };
 

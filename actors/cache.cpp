@@ -3,6 +3,8 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/detail/caf_util.hpp"
+#include "actors/detail/successor_link.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/streamer.hpp"
 
@@ -14,6 +16,7 @@ struct cache_actor_state {
   std::unique_ptr<response_cache> cache;  // null: disabled, or the policy failed to start
   cache_stats off;                        // what stats() says without one
   pipeline_links links;
+  detail::successor_link<cache_actor> next;  // after a handover
   static inline const char* name = "troupe.cache";
 };
 
@@ -47,6 +50,10 @@ cache_actor::behavior_type cache_fn(self_ptr self, response_cache_config cfg, st
   return {
       [=](lookup_atom, admitted_request& r) {
         auto& st = self->state;
+        if (st.next.handed_over()) {
+          st.next.pass([self, r](cache_actor& h) mutable { self->send(h, lookup_atom::value, std::move(r)); });
+          return;
+        }
         if (st.cache) {
           if (auto hit = st.cache->lookup(r)) {
             cache_replay rep;
@@ -62,10 +69,31 @@ cache_actor::behavior_type cache_fn(self_ptr self, response_cache_config cfg, st
         self->send(caf::actor_cast<scheduler_actor>(st.links.scheduler), enqueue_atom::value, std::move(r));
       },
       [=](closed_atom, const closed_stream& c) {
-        if (self->state.cache) self->state.cache->on_closed(c);
+        auto& st = self->state;
+        if (st.next.handed_over()) {
+          st.next.pass([self, c](cache_actor& h) { self->send(h, closed_atom::value, c); });
+          return;
+        }
+        if (st.cache) st.cache->on_closed(c);
       },
-      [=](stats_atom) { return self->state.cache ? self->state.cache->stats() : self->state.off; },
+      [=](stats_atom) -> caf::result<cache_stats> {
+        auto& st = self->state;
+        if (st.next.successor()) return self->delegate(st.next.successor(), stats_atom::value);
+        return st.cache ? st.cache->stats() : st.off;
+      },
       [=](links_atom, pipeline_links& l) { self->state.links = std::move(l); },
+      [=](handover_atom) {
+        // Closing the policy waits for its queued inserts and releases the store for the
+        // successor, which may open the same directory. Misses still in flight here are not
+        // stored by the successor (it never saw them): a few answers are not cached, none is lost.
+        auto& st = self->state;
+        st.cache.reset();
+        st.next.hand_over();
+        return true;
+      },
+      [=](forward_atom, caf::actor successor) {
+        self->state.next.set(caf::actor_cast<cache_actor>(successor));  // the supervisor retires it later
+      },
   };
 }
 

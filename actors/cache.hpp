@@ -24,7 +24,10 @@ using closed_atom = caf::atom_constant<caf::atom("closed")>;
 using cache_actor = caf::typed_actor<caf::reacts_to<lookup_atom, admitted_request>,
                                      caf::reacts_to<closed_atom, closed_stream>,
                                      caf::replies_to<stats_atom>::with<cache_stats>,
-                                     caf::reacts_to<links_atom, pipeline_links>>;
+                                     caf::reacts_to<links_atom, pipeline_links>,
+                                     // Hot reload: closes its policy (and store), then forwards.
+                                     caf::replies_to<handover_atom>::with<bool>,
+                                     caf::reacts_to<forward_atom, caf::actor>>;
 
 // An unknown policy name or a policy that fails to start leaves the actor passing every request
 // through (a cache error never fails a request); stats() says why.

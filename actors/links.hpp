@@ -16,6 +16,10 @@ using links_atom = caf::atom_constant<caf::atom("links")>;  // here are your pee
 using stats_atom = caf::atom_constant<caf::atom("stats")>;  // report your numbers
 // To the supervisor: this actor (handle) failed for this reason; replace it if it is current.
 using restart_atom = caf::atom_constant<caf::atom("restart")>;
+// Hot reload: give up your state for a successor (and hold what arrives meanwhile) ...
+using handover_atom = caf::atom_constant<caf::atom("handover")>;
+// ... and here is the successor: pass on what you held and what still comes, then exit.
+using forward_atom = caf::atom_constant<caf::atom("forward")>;
 
 struct pipeline_links {
   caf::actor admission;

@@ -2,19 +2,27 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+#include <cstdio>
 #include <deque>
+#include <functional>
 #include <map>
 
 #include <spdlog/spdlog.h>
 
 #include "actors/detail/caf_util.hpp"
+#include "actors/detail/successor_link.hpp"
 #include "model/gguf_reader.hpp"
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::pipeline_config)
 
 namespace troupe::actors {
 
 namespace {
 
 using start_atom = caf::atom_constant<caf::atom("start")>;
+using reconfig_atom = caf::atom_constant<caf::atom("reconfig")>;
+using retire_atom = caf::atom_constant<caf::atom("retire")>;
 
 struct supervisor_state {
   pipeline_config cfg;
@@ -25,10 +33,61 @@ struct supervisor_state {
   executor_info info;
   std::map<std::string, std::deque<int64_t>> restarts;  // role -> recent restart times
   bool stopping = false;
+  bool reconfiguring = false;  // one reconfiguration at a time
+  std::vector<caf::actor> retiring;  // replaced actors still forwarding to their successors
   static inline const char* name = "troupe.supervisor";
 };
 
 using self_ptr = caf::stateful_actor<supervisor_state>*;
+
+bool same_scheduler(const scheduler_config& a, const scheduler_config& b) {
+  return a.policy == b.policy && a.policy_opts.values == b.policy_opts.values && a.max_num_seqs == b.max_num_seqs &&
+         a.max_batched_tokens == b.max_batched_tokens && a.max_steps_in_flight == b.max_steps_in_flight;
+}
+
+bool same_limits(const tenant_limits& a, const tenant_limits& b) {
+  return a.requests_per_s == b.requests_per_s && a.request_burst == b.request_burst && a.tokens_per_s == b.tokens_per_s &&
+         a.token_burst == b.token_burst;
+}
+
+bool same_admission(const admission_config& a, const admission_config& b) {
+  if (a.tenants.size() != b.tenants.size()) return false;
+  for (const auto& [name, l] : a.tenants) {
+    auto it = b.tenants.find(name);
+    if (it == b.tenants.end() || !same_limits(l, it->second)) return false;
+  }
+  return a.max_tokens_cap == b.max_tokens_cap && a.default_max_tokens == b.default_max_tokens &&
+         a.max_pending == b.max_pending && a.max_stop_strings == b.max_stop_strings &&
+         a.default_deadline_ms == b.default_deadline_ms && same_limits(a.default_tenant, b.default_tenant);
+}
+
+bool same_cache(const response_cache_config& a, const response_cache_config& b) {
+  const auto &x = a.semantic, &y = b.semantic;
+  return a.enabled == b.enabled && a.policy == b.policy && a.exact.max_entries == b.exact.max_entries &&
+         x.enabled == y.enabled && x.path == y.path && x.embedder == y.embedder &&
+         x.embedder_opts.model_dir == y.embedder_opts.model_dir && x.embedder_opts.n_threads == y.embedder_opts.n_threads &&
+         x.embedder_opts.max_tokens == y.embedder_opts.max_tokens && x.embedder_opts.weights == y.embedder_opts.weights &&
+         x.embedder_opts.dimension == y.embedder_opts.dimension && x.threshold == y.threshold && x.ttl_s == y.ttl_s &&
+         x.max_entries == y.max_entries && x.max_bytes == y.max_bytes && x.max_question_bytes == y.max_question_bytes &&
+         x.semantic_for_truncated == y.semantic_for_truncated && x.lexical_guards == y.lexical_guards &&
+         x.sync_writes == y.sync_writes && x.async_insert == y.async_insert && x.max_pending == y.max_pending &&
+         x.index.flat_limit == y.index.flat_limit && x.index.hnsw_m == y.index.hnsw_m &&
+         x.index.ef_construction == y.index.ef_construction && x.index.ef_search == y.index.ef_search;
+}
+
+std::string describe_cache(const response_cache_config& c) {
+  if (!c.enabled) return "off";
+  if (c.policy != "semantic") return c.policy;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, " (threshold %.3f, ttl %lld s)", static_cast<double>(c.semantic.threshold),
+                static_cast<long long>(c.semantic.ttl_s));
+  return c.policy + buf;
+}
+
+std::string describe_scheduler(const scheduler_config& c) {
+  return c.policy + " (max_num_seqs " + std::to_string(c.max_num_seqs) + ", max_batched_tokens " +
+         std::to_string(c.max_batched_tokens) + ")";
+}
 
 void wire(self_ptr self) {
   auto& st = self->state;
@@ -143,8 +202,93 @@ void shutdown(self_ptr self, const caf::error& reason) {
   st.stopping = true;
   for (const auto& h : {st.links.admission, st.links.cache, st.links.scheduler, st.links.streamer, st.links.executor})
     if (h) self->send_exit(h, reason ? reason : caf::make_error(caf::exit_reason::user_shutdown));
+  for (const auto& h : st.retiring) self->send_exit(h, caf::exit_reason::user_shutdown);
+  st.retiring.clear();
   st.links = {};
   st.cell->set({});
+}
+
+using stage_done = std::function<void(std::vector<std::string>, std::string)>;
+
+// A replaced actor forwards for a while, then the supervisor ends it (its down message is expected).
+void retire(self_ptr self, const caf::actor& old) {
+  self->state.retiring.push_back(old);
+  self->delayed_send(self, detail::ms(detail::forward_grace_ms), retire_atom::value, old);
+}
+
+// Each stage replaces one actor when its settings changed, then calls `k` with the names of the
+// actors replaced so far (or an error: the running actor stays).
+void swap_scheduler(self_ptr self, const pipeline_config& next, std::vector<std::string> done, stage_done k) {
+  auto& s = self->state;
+  if (same_scheduler(s.cfg.scheduler, next.scheduler) || !s.links.scheduler) return k(std::move(done), {});
+  auto old = caf::actor_cast<scheduler_actor>(s.links.scheduler);
+  self->request(old, detail::ms(s.cfg.step_timeout_ms + 5000), handover_atom::value)
+      .then(
+          [self, old, next, done, k](scheduler_handover& h) mutable {
+            auto& s = self->state;
+            const std::string before = describe_scheduler(s.cfg.scheduler);
+            s.cfg.scheduler = next.scheduler;
+            auto succ = spawn_scheduler(self->system(), scheduler_opts(s), std::move(h));
+            s.links.scheduler = adopt(self, succ);
+            wire(self);
+            self->send(old, forward_atom::value, caf::actor_cast<caf::actor>(succ));
+            retire(self, caf::actor_cast<caf::actor>(old));
+            spdlog::info("troupe: scheduler swapped: {} -> {}", before, describe_scheduler(s.cfg.scheduler));
+            done.push_back("scheduler");
+            k(std::move(done), {});
+          },
+          [done, k](caf::error& e) mutable {
+            k(std::move(done), "the scheduler did not hand over its state: " + detail::describe(e));
+          });
+}
+
+void swap_admission(self_ptr self, const pipeline_config& next, std::vector<std::string> done, stage_done k) {
+  auto& s = self->state;
+  if (same_admission(s.cfg.admission, next.admission) || !s.links.admission) return k(std::move(done), {});
+  auto old = caf::actor_cast<admission_actor>(s.links.admission);
+  self->request(old, std::chrono::seconds(10), handover_atom::value)
+      .then(
+          [self, old, next, done, k](admission_handover& h) mutable {
+            auto& s = self->state;
+            s.cfg.admission = next.admission;
+            auto succ = spawn_admission(self->system(), admission_cfg(s), std::move(h));
+            s.links.admission = adopt(self, succ);
+            wire(self);
+            self->send(old, forward_atom::value, caf::actor_cast<caf::actor>(succ));
+            retire(self, caf::actor_cast<caf::actor>(old));
+            spdlog::info("troupe: admission swapped: new limits (max_pending {}, max_tokens_cap {}, {} tenants)",
+                         s.cfg.admission.max_pending, s.cfg.admission.max_tokens_cap, s.cfg.admission.tenants.size());
+            done.push_back("admission");
+            k(std::move(done), {});
+          },
+          [done, k](caf::error& e) mutable {
+            k(std::move(done), "admission did not hand over its state: " + detail::describe(e));
+          });
+}
+
+void swap_cache(self_ptr self, const pipeline_config& next, std::vector<std::string> done, stage_done k) {
+  auto& s = self->state;
+  if (same_cache(s.cfg.cache, next.cache) || !s.links.cache) return k(std::move(done), {});
+  auto old = caf::actor_cast<cache_actor>(s.links.cache);
+  // The old one closes its store first: the new one may open the same directory.
+  self->request(old, std::chrono::seconds(30), handover_atom::value)
+      .then(
+          [self, old, next, done, k](bool) mutable {
+            auto& s = self->state;
+            const std::string before = describe_cache(s.cfg.cache);
+            s.cfg.cache = next.cache;
+            auto succ = spawn_cache(self->system(), s.cfg.cache, s.codec);
+            s.links.cache = adopt(self, succ);
+            wire(self);
+            self->send(old, forward_atom::value, caf::actor_cast<caf::actor>(succ));
+            retire(self, caf::actor_cast<caf::actor>(old));
+            spdlog::info("troupe: response cache swapped: {} -> {}", before, describe_cache(s.cfg.cache));
+            done.push_back("cache");
+            k(std::move(done), {});
+          },
+          [done, k](caf::error& e) mutable {
+            k(std::move(done), "the cache did not hand over: " + detail::describe(e));
+          });
 }
 
 caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker make,
@@ -157,6 +301,12 @@ caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker ma
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& s = self->state;
     if (s.stopping) return;
+    auto retired = std::find_if(s.retiring.begin(), s.retiring.end(),
+                                [&](const caf::actor& a) { return a.address() == dm.source; });
+    if (retired != s.retiring.end()) {
+      s.retiring.erase(retired);  // a replaced actor finished forwarding
+      return;
+    }
     const auto role = role_of(s, dm.source);
     if (role.empty()) return;  // an actor already replaced
     restart(self, role, dm.reason ? detail::describe(dm.reason) : std::string("it stopped"));
@@ -202,6 +352,36 @@ caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker ma
         restart(self, role, reason);
       },
       [=](links_atom) { return self->state.links; },
+      [=](retire_atom, const caf::actor& old) {
+        if (std::find(self->state.retiring.begin(), self->state.retiring.end(), old) != self->state.retiring.end())
+          self->send_exit(old, caf::exit_reason::user_shutdown);
+      },
+      // Hot reload: replaces the actors whose config changed; answers what it replaced.
+      [=](reconfig_atom, pipeline_config& next) -> caf::result<std::vector<std::string>> {
+        auto& s = self->state;
+        if (s.stopping) return caf::make_error(caf::sec::runtime_error, "the pipeline is stopping");
+        if (s.reconfiguring) return caf::make_error(caf::sec::runtime_error, "another reconfiguration is under way");
+        if (auto pol = policy_registry::global().make(next.scheduler.policy, next.scheduler.policy_opts); !pol)
+          return caf::make_error(caf::sec::runtime_error, pol.error());
+        if (next.cache.enabled)
+          if (auto c = response_cache_registry().find(next.cache.policy); !c)
+            return caf::make_error(caf::sec::runtime_error, c.error());
+        auto rp = self->make_response_promise<std::vector<std::string>>();
+        s.reconfiguring = true;
+        auto finish = [self, rp](std::vector<std::string> done, std::string err) mutable {
+          self->state.reconfiguring = false;
+          if (err.empty()) rp.deliver(std::move(done));
+          else rp.deliver(caf::make_error(caf::sec::runtime_error, std::move(err)));
+        };
+        swap_scheduler(self, next, {}, [self, next, finish](std::vector<std::string> done, std::string err) mutable {
+          if (!err.empty()) return finish(std::move(done), std::move(err));
+          swap_admission(self, next, std::move(done), [self, next, finish](std::vector<std::string> done, std::string err) mutable {
+            if (!err.empty()) return finish(std::move(done), std::move(err));
+            swap_cache(self, next, std::move(done), finish);
+          });
+        });
+        return rp;
+      },
   };
 }
 
@@ -280,6 +460,22 @@ result<admission_stats> pipeline::get_admission_stats(std::chrono::milliseconds 
 result<streamer_stats> pipeline::get_streamer_stats(std::chrono::milliseconds t) const {
   return ask<streamer_stats>(sys_, caf::actor_cast<streamer_actor>(links().streamer), t, stats_atom::value);
 }
+result<std::vector<std::string>> pipeline::reconfigure(const pipeline_config& next, std::chrono::milliseconds timeout) {
+  if (!supervisor_) return make_error("the pipeline is not running");
+  caf::scoped_actor self{sys_};
+  result<std::vector<std::string>> out = make_error("no answer from the supervisor");
+  self->request(supervisor_, timeout, reconfig_atom::value, next)
+      .receive([&](std::vector<std::string>& swapped) { out = std::move(swapped); },
+               [&](caf::error& e) { out = make_error(detail::describe(e)); });
+  if (out.ok()) {
+    std::lock_guard<std::mutex> lock(cfg_mu_);
+    cfg_.scheduler = next.scheduler;
+    cfg_.admission = next.admission;
+    cfg_.cache = next.cache;
+  }
+  return out;
+}
+
 result<cache_stats> pipeline::get_cache_stats(std::chrono::milliseconds t) const {
   return ask<cache_stats>(sys_, caf::actor_cast<cache_actor>(links().cache), t, stats_atom::value);
 }

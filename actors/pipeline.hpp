@@ -11,7 +11,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <caf/actor_system.hpp>
 #include <caf/fwd.hpp>
@@ -65,7 +67,10 @@ class pipeline {
   caf::actor_system& system() const { return sys_; }
   pipeline_links links() const { return cell_->get(); }
   std::shared_ptr<const links_cell> cell() const { return cell_; }
-  const pipeline_config& config() const { return cfg_; }
+  pipeline_config config() const {
+    std::lock_guard<std::mutex> lock(cfg_mu_);
+    return cfg_;
+  }
   const executor_info& executor() const { return info_; }
   const std::shared_ptr<const text_codec>& codec() const { return codec_; }
 
@@ -75,10 +80,20 @@ class pipeline {
   result<streamer_stats> get_streamer_stats(std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
   result<cache_stats> get_cache_stats(std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
 
+  // Hot reload: the actors whose settings differ in `next` are replaced while serving, their
+  // state moving to the new actor (the scheduler's queues, sequences and block tables: no
+  // stream loses or repeats a token). Answers the names of the actors replaced, or why nothing
+  // was (an unknown policy name, a reconfiguration already under way); on an error the running
+  // configuration stays. Keys that need a restart (model, KV memory, prefix caching) are not
+  // looked at here. Blocks until done: a scheduler hands over between two steps.
+  result<std::vector<std::string>> reconfigure(const pipeline_config& next,
+                                               std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
  private:
   pipeline(caf::actor_system& sys, pipeline_config cfg, std::shared_ptr<const text_codec> codec);
 
   caf::actor_system& sys_;
+  mutable std::mutex cfg_mu_;
   pipeline_config cfg_;
   std::shared_ptr<const text_codec> codec_;
   std::shared_ptr<links_cell> cell_;

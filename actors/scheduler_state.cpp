@@ -187,7 +187,7 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
   //    served last give theirs up.
   sort_by_policy(running_, now_us);
   batch_view bv;
-  bv.max_num_seqs = cfg_.max_num_seqs;
+  bv.max_num_seqs = batch_limit();
   bv.n_running = static_cast<int32_t>(running_.size());
   for (auto id : running_) {
     const auto& s = seqs_.at(id);
@@ -243,13 +243,19 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
   if (!preempted && policy_->admits_new(bv)) {
     sort_by_policy(waiting_, now_us);
     const auto queue = waiting_;
+    std::vector<int32_t> member_prompts;  // of running_, for policy_->admits()
     for (auto id : queue) {
       if (d.budget <= 0) break;
       auto& s = seqs_.at(id);
       // A preempted sequence whose last sample is still in flight waits for it, and a paused
       // one for its consumer.
       if (s.pending_samples > 0 || s.paused) continue;
-      if (static_cast<int32_t>(running_.size()) >= cfg_.max_num_seqs) {
+      if (member_prompts.size() != running_.size()) {  // first time, or a victim left the batch
+        member_prompts.clear();
+        for (auto r : running_) member_prompts.push_back(seqs_.at(r).n_prompt);
+      }
+      if (!policy_->admits(view(s), bv, member_prompts, now_us)) continue;
+      if (static_cast<int32_t>(running_.size()) >= bv.max_num_seqs) {
         auto victim = priority_victim(s, now_us);
         if (!victim) break;
         unschedule(d, *victim);
@@ -281,6 +287,7 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
       s.ph = phase::running;
       erase_value(waiting_, id);
       running_.push_back(id);
+      member_prompts.push_back(s.n_prompt);
       d.entries.push_back(make_entry(s, n, now_us));
       d.ids.insert(id);
       d.budget -= n;
@@ -294,6 +301,7 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
   p.step = next_step_++;
   inflight_step rec;
   rec.step = p.step;
+  rec.planned_us = now_us;
   for (auto& e : d.entries) {
     auto& s = seqs_.at(e.seq_id);
     const int32_t n = e.n_fed();
@@ -331,10 +339,11 @@ void scheduler_state::take_sample(seq& s, const sampled_token& t) {
 }
 
 void scheduler_state::apply(const step_result& r, int64_t now_us) {
-  (void)now_us;
   if (inflight_.empty() || inflight_.front().step != r.step) return;  // stale (executor was replaced)
   inflight_step rec = std::move(inflight_.front());
   inflight_.pop_front();
+  const int64_t started_us = std::max(rec.planned_us, last_answer_us_);
+  last_answer_us_ = now_us;
   st_.forward_us += r.forward_us;
   st_.sample_us += r.sample_us;
 
@@ -371,6 +380,22 @@ void scheduler_state::apply(const step_result& r, int64_t now_us) {
     if (kv_current && !e.pad && !seqs_.at(e.id).pad) kv_.commit(e.id, s.tokens, s.n_computed);
   }
   release_pads_if_batch_done();
+  feed_back(rec, r, now_us - started_us, now_us);
+}
+
+void scheduler_state::feed_back(const inflight_step& rec, const step_result& r, int64_t latency_us, int64_t now_us) {
+  step_feedback f;
+  f.now_us = now_us;
+  f.latency_us = std::max<int64_t>(0, latency_us);
+  f.forward_us = r.forward_us;
+  f.n_seqs = static_cast<int32_t>(rec.entries.size());
+  for (const auto& e : rec.entries) f.n_tokens += e.n_fed;
+  f.n_running = static_cast<int32_t>(running_.size());
+  f.n_waiting = static_cast<int32_t>(waiting_.size());
+  f.max_num_seqs = cfg_.max_num_seqs;
+  const int32_t total = kv_.usage().blocks_total;
+  f.kv_free = total > 0 ? static_cast<double>(kv_.pool().available()) / total : 1.0;
+  policy_->on_step(f);
 }
 
 void scheduler_state::reset_executor(const std::string& reason) {
@@ -465,6 +490,19 @@ void scheduler_state::fail(uint64_t id, const std::string& code, const std::stri
   remove(id);
 }
 
+void scheduler_state::reconfigure(scheduler_config cfg, std::unique_ptr<scheduling_policy> policy) {
+  cfg.prefix_caching = cfg_.prefix_caching;
+  cfg_ = std::move(cfg);
+  policy_ = std::move(policy);
+  st_.policy = policy_->name();
+  if (!policy_->pads_finished()) {
+    std::vector<uint64_t> pads;
+    for (auto id : running_)
+      if (seqs_.at(id).pad) pads.push_back(id);
+    for (auto id : pads) remove(id);
+  }
+}
+
 void scheduler_state::remove(uint64_t id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
@@ -491,6 +529,7 @@ scheduler_stats scheduler_state::stats() const {
   s.kv_blocks_used = u.blocks_used;
   s.kv_blocks_cached = u.blocks_cached;
   s.kv_blocks_available = kv_.pool().available();
+  s.max_num_seqs = batch_limit();
   return s;
 }
 

@@ -11,6 +11,7 @@
 // scheduler between steps. A sequence that ends in step N may thus compute one wasted token in
 // step N+1; its blocks are freed at once, which is safe because the executor runs steps in order
 // and nothing reads a position before a later step writes it.
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -58,6 +59,7 @@ struct scheduler_stats {
   int32_t kv_blocks_cached = 0;      // holding a hashed prefix (used or evictable)
   int32_t kv_blocks_available = 0;   // free or evictable; equals total when idle
   int32_t kv_blocks_peak = 0;
+  int32_t max_num_seqs = 0;          // the batch size limit in force (an adaptive policy moves it)
   double kv_util_sum = 0;            // sum over steps of used/total (divide by steps)
   int64_t steps = 0;
   int64_t tokens_fed = 0;            // prompt chunk and decode tokens fed to the executor
@@ -78,8 +80,9 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
   return f(caf::meta::type_name("scheduler_stats"), x.policy, x.waiting, x.running, x.paused, x.steps_in_flight,
            x.kv_blocks_total, x.kv_blocks_used, x.kv_blocks_cached, x.kv_blocks_available, x.kv_blocks_peak,
-           x.kv_util_sum, x.steps, x.tokens_fed, x.tokens_sampled, x.prompt_tokens, x.prefix_hit_tokens,
-           x.preemptions, x.pad_tokens, x.finished, x.failed, x.dropped, x.forward_us, x.sample_us, x.batch_hist);
+           x.max_num_seqs, x.kv_util_sum, x.steps, x.tokens_fed, x.tokens_sampled, x.prompt_tokens,
+           x.prefix_hit_tokens, x.preemptions, x.pad_tokens, x.finished, x.failed, x.dropped, x.forward_us,
+           x.sample_us, x.batch_hist);
 }
 
 class scheduler_state {
@@ -108,6 +111,13 @@ class scheduler_state {
   // Ends requests whose deadline passed: queued ones fail (errc::deadline), started ones
   // finish with finish::deadline.
   void expire(int64_t now_us);
+
+  // Hot reload: another policy and budgets for the same sequences, KV blocks and queues (the
+  // scheduler actor that takes this state over calls it). Only between steps: with no step in
+  // flight. Running sequences keep their KV; padding members of a dense batch are released when
+  // the new policy does not pad. prefix_caching and the KV geometry stay as they are (they need
+  // a restart).
+  void reconfigure(scheduler_config cfg, std::unique_ptr<scheduling_policy> policy);
 
   // Tokens and endings produced since the last call, for the streamer.
   step_output take_output();
@@ -150,6 +160,7 @@ class scheduler_state {
   struct inflight_step {
     uint64_t step;
     std::vector<inflight_entry> entries;
+    int64_t planned_us = 0;
   };
   // A step being put together by plan().
   struct draft {
@@ -174,6 +185,12 @@ class scheduler_state {
   void release_pads_if_batch_done();
   step_entry make_pad_entry(const seq& s) const;
   void take_sample(seq& s, const sampled_token& t);
+  // The policy's batch size limit, within [1, configured].
+  int32_t batch_limit() const {
+    return std::clamp(policy_->max_num_seqs(cfg_.max_num_seqs), 1, std::max(1, cfg_.max_num_seqs));
+  }
+  // Tells the policy how the answered step `rec` went (scheduling_policy::on_step).
+  void feed_back(const inflight_step& rec, const step_result& r, int64_t latency_us, int64_t now_us);
   int32_t blocks_for(int64_t n_tokens) const {
     return static_cast<int32_t>((n_tokens + geo_.block_size - 1) / geo_.block_size);
   }
@@ -188,6 +205,7 @@ class scheduler_state {
   std::deque<inflight_step> inflight_;
   std::unordered_map<uint64_t, int64_t> tombstones_;  // dropped before they arrived: id -> when
   uint64_t next_step_ = 1;
+  int64_t last_answer_us_ = 0;  // when the executor's last answer came (steps run one after another)
   step_output out_;
   scheduler_stats st_;
 };

@@ -11,6 +11,9 @@ policy_registry& policy_registry::global() {
     policies::add_priority(*reg);
     policies::add_sjf(*reg);
     policies::add_static(*reg);
+    policies::add_adaptive(*reg);
+    policies::add_window(*reg);
+    policies::add_bucketed(*reg);
     return reg;
   }();
   return *r;

@@ -2,7 +2,9 @@
 // A scheduling policy is an object the scheduler consults; it never mutates scheduler state.
 // It answers three questions: in which order are sequences served (waiting ones joining the
 // batch, and running ones keeping their place when KV memory runs short), may new sequences
-// join the running batch now, and may a waiting sequence preempt a running one.
+// join the running batch now (and this one in particular, and up to how many), and may a
+// waiting sequence preempt a running one. After each step it hears how the step went
+// (on_step), which is how a policy adapts; that hook changes the policy's own state only.
 //
 // Policies register by name in a registry (a duplicate name is an error; an unknown name lists
 // the known ones), and the scheduler's config names one. The built-ins live in policies/.
@@ -35,7 +37,23 @@ struct batch_view {
   int32_t n_decoding = 0;      // of those, how many have produced a token
   int32_t n_waiting = 0;       // sequences queued
   int64_t waited_us = 0;       // how long the longest-waiting one has waited
-  int32_t max_num_seqs = 0;
+  int32_t max_num_seqs = 0;    // the limit in force (scheduling_policy::max_num_seqs)
+};
+
+// How one step went, as the scheduler saw it when the executor's answer arrived.
+struct step_feedback {
+  int64_t now_us = 0;
+  // The step's wall time as a decoding stream sees it (its inter-token latency): from the step's
+  // plan, or from the previous step's answer when that came later (steps run one after another),
+  // to this answer.
+  int64_t latency_us = 0;
+  int64_t forward_us = 0;      // of that, time inside the backend
+  int32_t n_seqs = 0;          // sequences in the step
+  int32_t n_tokens = 0;        // tokens fed (prompt chunks and decodes)
+  int32_t n_running = 0;       // sequences holding KV after the step
+  int32_t n_waiting = 0;       // sequences queued after the step
+  int32_t max_num_seqs = 0;    // the configured limit (scheduler_config::max_num_seqs)
+  double kv_free = 1.0;        // fraction of KV blocks free or evictable after the step
 };
 
 class scheduling_policy {
@@ -53,6 +71,20 @@ class scheduling_policy {
   // finishes early keeps its slot and keeps being computed (its output discarded) until the
   // batch's last member finishes. Its stream still ends on time.
   virtual bool pads_finished() const { return false; }
+  // The batch size limit in force, given the configured max_num_seqs; the scheduler keeps it
+  // within [1, configured]. Lowering it preempts nobody: running sequences go on, and waiting
+  // ones join only while fewer than the limit hold KV.
+  virtual int32_t max_num_seqs(int32_t configured) const { return configured; }
+  // Asked for each waiting `candidate` in order, once admits_new() said yes: whether it may join
+  // a batch whose members (sequences holding KV, including those admitted earlier in this plan)
+  // have prompts of `member_prompts` tokens. A refused candidate is skipped; later ones may join.
+  virtual bool admits(const seq_view& /*candidate*/, const batch_view&, const std::vector<int32_t>& /*member_prompts*/,
+                      int64_t /*now_us*/) const {
+    return true;
+  }
+  // After each step the executor answered (not after a failed one). The one non-const hook: a
+  // policy may adapt its own state from it, never the scheduler's.
+  virtual void on_step(const step_feedback&) {}
 };
 
 // Numeric knobs of a policy, by name (e.g. "aging_tokens_per_s" for sjf). A policy documents
@@ -102,6 +134,9 @@ void add_fcfs(policy_registry& r);
 void add_priority(policy_registry& r);
 void add_sjf(policy_registry& r);
 void add_static(policy_registry& r);
+void add_adaptive(policy_registry& r);
+void add_window(policy_registry& r);
+void add_bucketed(policy_registry& r);
 }  // namespace policies
 
 }  // namespace troupe::actors

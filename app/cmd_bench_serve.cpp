@@ -31,6 +31,8 @@ troupe::app::register_bench reg("serve", "Serving pipeline under load: static vs
   sub.add_option("--system-words", o->system_words, "words in the shared system prompt")->capture_default_str();
   sub.add_option("--prefix-requests", o->prefix_requests, "requests in the prefix-caching run")->capture_default_str();
   sub.add_option("--seed", o->seed, "workload seed")->capture_default_str();
+  sub.add_option("--policies", o->policies, "run 4: these policies side by side, e.g. fcfs,adaptive,window,bucketed");
+  sub.add_option("--policy-opt", o->policy_opts, "policy options, e.g. adaptive.target_itl_ms=80,window.window_ms=50");
   auto* no_compare = sub.add_flag("--no-compare", "skip static vs continuous");
   auto* no_overhead = sub.add_flag("--no-overhead", "skip the overhead run");
   auto* no_prefix = sub.add_flag("--no-prefix", "skip the prefix-caching run");

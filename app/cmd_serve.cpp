@@ -1,56 +1,160 @@
 // `troupe serve`: the pipeline behind an HTTP/WebSocket server (OpenAI-compatible API, the
-// WebSocket protocol of docs/protocol.md, /health, /metrics, a chat page at /).
+// WebSocket protocol of docs/protocol.md, /health, /metrics, a chat page at /), configured by a
+// TOML file (config/reference.toml documents every key) and command-line overrides.
 #include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "app/command.hpp"
+#include "actors/pipeline.hpp"
+#include "config/config_loader.hpp"
+#include "config/config_reloader.hpp"
+#include "config/serve_config.hpp"
+#include "config/serve_flags.hpp"
+#include "net/json_writer.hpp"
 #include "net/serve.hpp"
 
 namespace {
 
+namespace cfg = troupe::config;
+
+struct serve_args {
+  std::string config;
+  std::vector<std::string> sets;
+  // The flags that stand for keys; they count only when given (see serve_flags).
+  std::string listen, model, model_name;
+  int64_t threads = 0, backend_threads = 0, kv_mb = 0, max_seqs = 0, max_body = 0, max_ws_message = 0, ws_idle = 0,
+          resume_window = 0;
+  std::vector<std::string> api_keys;
+  bool no_cache = false;
+};
+
+void write_changes(troupe::net::json_writer& w, const char* name, const std::vector<cfg::config_change>& changes) {
+  w.key(name).begin_array();
+  for (const auto& c : changes)
+    w.begin_object().field("key", c.key).field("old", c.old_value).field("new", c.new_value).end_object();
+  w.end_array();
+}
+
+// POST /admin/reload, GET /admin/config and SIGHUP, over the config reloader.
+troupe::net::inference::admin_reply admin_action(cfg::config_reloader& reloader, troupe::net::serve_instance& inst,
+                                                 const std::string& action) {
+  troupe::net::json_writer w;
+  if (action == "config") {
+    w.begin_object().field("version", reloader.version()).field("source", reloader.source().empty() ? "(default)" : reloader.source());
+    w.field("config", cfg::to_toml(reloader.active(), cfg::secrets::redact));
+    write_changes(w, "pending_restart", reloader.pending_restart());
+    w.end_object();
+    return {200, w.take()};
+  }
+  if (action != "reload") return {404, R"({"error":{"message":"unknown admin action","code":"not_found"}})"};
+  auto r = reloader.reload([&](const cfg::troupe_config& next) {
+    auto swapped = inst.reconfigure([&](troupe::actors::pipeline_config& p) { cfg::apply_to(next, p); });
+    if (swapped) {
+      const auto level = spdlog::level::from_str(next.logging.level);
+      if (level != spdlog::get_level()) {
+        spdlog::info("troupe: log level {} -> {}", spdlog::level::to_string_view(spdlog::get_level()), next.logging.level);
+        spdlog::set_level(level);
+      }
+    }
+    return swapped;
+  });
+  if (r.ok) {
+    std::string keys;
+    for (const auto& c : r.applied) keys += (keys.empty() ? "" : ", ") + c.key;
+    spdlog::info("troupe: config reloaded: version {}; applied: {}; replaced: {} actor(s); {} key(s) wait for a restart",
+                 r.version, keys.empty() ? "nothing" : keys, r.replaced.size(), r.restart_needed.size());
+    for (const auto& c : r.restart_needed)
+      spdlog::warn("troupe: config key {} changed ({} -> {}) but needs a restart", c.key, c.old_value, c.new_value);
+  } else {
+    spdlog::error("troupe: {}", r.error);
+  }
+  w.begin_object().field("ok", r.ok).field("version", r.version);
+  if (!r.ok) w.field("error", r.error);
+  write_changes(w, "applied", r.applied);
+  write_changes(w, "restart_needed", r.restart_needed);
+  w.key("replaced").begin_array();
+  for (const auto& n : r.replaced) w.value(n);
+  w.end_array().end_object();
+  return {r.ok ? 200 : 400, w.take()};
+}
+
+int fail(const std::string& m) {
+  std::fprintf(stderr, "troupe serve: %s\n", m.c_str());
+  return 2;
+}
+
 troupe::app::register_command reg("serve", "Serve the model over HTTP (OpenAI-compatible) and WebSocket", [](CLI::App& sub) {
-  auto o = std::make_shared<troupe::net::serve_options>();
-  auto listen = std::make_shared<std::string>("127.0.0.1:8080");
-  auto ws_idle = std::make_shared<int>(30);
-  auto resume_s = std::make_shared<int>(60);
-  sub.add_option("--listen", *listen, "HOST:PORT to listen on (port 0: any free port)")->capture_default_str();
-  sub.add_option("--model,-m", o->model, "GGUF model file")->capture_default_str();
-  sub.add_option("--model-name", o->model_name, "name clients use in 'model' (default: the file name)");
-  sub.add_option("--threads", o->server.io_threads, "I/O threads")->capture_default_str();
-  sub.add_option("--backend-threads", o->backend_threads, "engine threads (0: all cores)")->capture_default_str();
-  sub.add_option("--api-key", o->server.api_keys, "accepted API key (repeatable; none: no authentication)");
-  sub.add_option("--kv-mb", o->kv_mb, "KV memory, MiB")->capture_default_str();
-  sub.add_option("--max-seqs", o->max_num_seqs, "sequences decoded together")->capture_default_str();
-  sub.add_option("--max-body", o->server.max_body_bytes, "largest HTTP body, bytes")->capture_default_str();
-  sub.add_option("--max-ws-message", o->server.max_ws_message_bytes, "largest WebSocket message, bytes")
-      ->capture_default_str();
-  sub.add_option("--ws-idle", *ws_idle, "WebSocket idle timeout, s (pings at half)")->capture_default_str();
-  sub.add_option("--resume-window", *resume_s, "seconds ended/orphaned WebSocket streams stay resumable")
-      ->capture_default_str();
-  auto* no_cache = sub.add_flag("--no-cache", "disable the response cache");
-  return [o, listen, ws_idle, resume_s, no_cache]() {
-    const auto colon = listen->rfind(':');
-    if (colon == std::string::npos || colon == 0) {
-      std::fprintf(stderr, "troupe serve: --listen wants HOST:PORT, got '%s'\n", listen->c_str());
+  auto a = std::make_shared<serve_args>();
+  sub.add_option("--config,-c", a->config,
+                 "TOML config file (default: the repository's config/troupe.toml; keys: config/reference.toml)");
+  sub.add_option("--set", a->sets, "override a key: section.key=VALUE, VALUE in TOML (repeatable; applied last)")
+      ->allow_extra_args(false);
+  // Each flag below is a shorthand for the key it names; given, it overrides the file.
+  std::vector<std::pair<CLI::Option*, std::function<void(cfg::serve_flags&)>>> flags;
+  auto flag = [&](CLI::Option* o, std::function<void(cfg::serve_flags&)> set) { flags.emplace_back(o, std::move(set)); };
+  flag(sub.add_option("--listen", a->listen, "HOST:PORT (server.host, server.port; port 0: any free port)"),
+       [a](cfg::serve_flags& f) { f.listen = a->listen; });
+  flag(sub.add_option("--model,-m", a->model, "GGUF model file (model.path)"),
+       [a](cfg::serve_flags& f) { f.model = a->model; });
+  flag(sub.add_option("--model-name", a->model_name, "name clients use in 'model' (model.name)"),
+       [a](cfg::serve_flags& f) { f.model_name = a->model_name; });
+  flag(sub.add_option("--threads", a->threads, "I/O threads (server.io_threads)"),
+       [a](cfg::serve_flags& f) { f.threads = a->threads; });
+  flag(sub.add_option("--backend-threads", a->backend_threads, "engine threads, 0: all cores (model.threads)"),
+       [a](cfg::serve_flags& f) { f.backend_threads = a->backend_threads; });
+  flag(sub.add_option("--api-key", a->api_keys, "accepted API key, repeatable (auth.api_keys)"),
+       [a](cfg::serve_flags& f) { f.api_keys = a->api_keys; });
+  flag(sub.add_option("--kv-mb", a->kv_mb, "KV memory, MiB (kv.memory_mib)"),
+       [a](cfg::serve_flags& f) { f.kv_mb = a->kv_mb; });
+  flag(sub.add_option("--max-seqs", a->max_seqs, "sequences decoded together (scheduler.max_num_seqs)"),
+       [a](cfg::serve_flags& f) { f.max_seqs = a->max_seqs; });
+  flag(sub.add_option("--max-body", a->max_body, "largest HTTP body, bytes (server.max_body_bytes)"),
+       [a](cfg::serve_flags& f) { f.max_body = a->max_body; });
+  flag(sub.add_option("--max-ws-message", a->max_ws_message, "largest WebSocket message, bytes (server.max_ws_message_bytes)"),
+       [a](cfg::serve_flags& f) { f.max_ws_message = a->max_ws_message; });
+  flag(sub.add_option("--ws-idle", a->ws_idle, "WebSocket idle timeout, s (server.ws_idle_timeout_s)"),
+       [a](cfg::serve_flags& f) { f.ws_idle = a->ws_idle; });
+  flag(sub.add_option("--resume-window", a->resume_window, "seconds streams stay resumable (server.resume_window_s)"),
+       [a](cfg::serve_flags& f) { f.resume_window = a->resume_window; });
+  flag(sub.add_flag("--no-cache", a->no_cache, "disable the response cache (cache.enabled = false)"),
+       [a](cfg::serve_flags& f) { f.no_cache = a->no_cache; });
+
+  return [a, flags]() {
+    cfg::serve_flags given;
+    for (const auto& [opt, set] : flags)
+      if (opt->count() > 0) set(given);
+    auto overrides = cfg::to_overrides(given);
+    if (!overrides) return fail(overrides.error());
+    for (const auto& s : a->sets) {
+      auto o = cfg::parse_set(s);
+      if (!o) return fail(o.error());
+      overrides.value().push_back(o.value());
+    }
+    auto c = cfg::resolve_config(a->config, cfg::self_executable(), overrides.value());
+    if (!c) {
+      std::fprintf(stderr, "troupe serve: invalid config:\n%s\n", c.error().c_str());
       return 2;
     }
-    try {
-      const int port = std::stoi(listen->substr(colon + 1));
-      if (port < 0 || port > 65535) throw std::out_of_range("port");
-      o->server.port = static_cast<uint16_t>(port);
-    } catch (const std::exception&) {
-      std::fprintf(stderr, "troupe serve: bad port in --listen '%s'\n", listen->c_str());
-      return 2;
-    }
-    o->server.host = listen->substr(0, colon);
-    if (o->server.host.size() > 2 && o->server.host.front() == '[') o->server.host = o->server.host.substr(1, o->server.host.size() - 2);
-    o->server.ws_idle_timeout = std::chrono::seconds(std::max(2, *ws_idle));
-    o->server.resume_window = std::chrono::seconds(std::max(0, *resume_s));
-    o->response_cache = !*no_cache;
-    return troupe::net::run_serve(*o);
+    const auto& conf = c->config;
+    spdlog::set_level(spdlog::level::from_str(conf.logging.level));
+    for (const auto& w : cfg::unread_settings(conf)) std::fprintf(stderr, "troupe serve: warning: %s\n", w.c_str());
+    std::printf("troupe serve: config from %s\n", c->source.c_str());
+    auto opts = cfg::to_serve_options(conf);
+    auto reloader = std::make_shared<cfg::config_reloader>(conf, a->config, cfg::self_executable(), overrides.value());
+    opts.admin = [reloader](troupe::net::serve_instance& inst, const std::string& action) {
+      return admin_action(*reloader, inst, action);
+    };
+    opts.config_metrics = [reloader] {
+      return "# HELP troupe_config_version Version of the active config (1 at start, +1 per applied reload).\n"
+             "# TYPE troupe_config_version gauge\ntroupe_config_version " +
+             std::to_string(reloader->version()) + "\n";
+    };
+    return troupe::net::run_serve(opts);
   };
 });
 

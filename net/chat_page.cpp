@@ -1,12 +1,17 @@
 #include "net/chat_page.hpp"
 
+#include <cstddef>
+
 namespace troupe::net {
 
+namespace detail {
+// Defined in the generated chat_page_data.cpp (net/web/embed.cmake).
+extern const unsigned char chat_page_bytes[];
+extern const std::size_t chat_page_size;
+}  // namespace detail
+
 std::string_view chat_page_html() {
-  return R"HTML(<!doctype html>
-<html><head><meta charset="utf-8"><title>Troupe chat</title></head>
-<body><p>Troupe is running. The chat page is not built yet; use /v1/ws or /v1/chat/completions.</p></body></html>
-)HTML";
+  return {reinterpret_cast<const char*>(detail::chat_page_bytes), detail::chat_page_size};
 }
 
 }  // namespace troupe::net

@@ -28,6 +28,16 @@ class inference {
   virtual cancel_fn submit(actors::request_spec spec, std::function<void(const event&)> on_event) = 0;
   // Extra Prometheus lines about the pipeline (gauges), possibly cached; may be empty.
   virtual std::string pipeline_metrics() const { return {}; }
+  // An admin action ("reload", "config"): answers an HTTP status and a JSON body through `done`,
+  // from any thread (a reload may wait for a model step). 404 when the action is unknown.
+  struct admin_reply {
+    int status = 404;
+    std::string body;
+  };
+  virtual void admin(const std::string& action, std::function<void(admin_reply)> done) {
+    (void)action;
+    done({404, R"({"error":{"message":"no admin actions here","type":"invalid_request_error","code":"not_found"}})"});
+  }
   // Details for /health as JSON object members (`"cache":{...}`), possibly cached; may be empty.
   virtual std::string health_details() const { return {}; }
 };

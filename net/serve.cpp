@@ -47,8 +47,33 @@ class pipeline_inference : public inference {
   }
 
   std::string pipeline_metrics() const override {
+    std::string extra = extra_metrics_ ? extra_metrics_() : std::string();
     std::lock_guard<std::mutex> lock(mu_);
-    return gauges_;
+    return gauges_ + extra;
+  }
+
+  void admin(const std::string& action, std::function<void(admin_reply)> done) override {
+    if (!admin_) return inference::admin(action, std::move(done));
+    admin_(action, std::move(done));
+  }
+
+  void set_admin(std::function<void(const std::string&, std::function<void(admin_reply)>)> a,
+                 std::function<std::string()> extra_metrics) {
+    admin_ = std::move(a);
+    extra_metrics_ = std::move(extra_metrics);
+  }
+
+  // Blocks while the pipeline swaps actors (a scheduler hands over between two steps).
+  result<std::vector<std::string>> reconfigure(const std::function<void(actors::pipeline_config&)>& edit) {
+    actors::pipeline* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      p = pipeline_.get();
+    }
+    if (!p) return make_error("the model is still loading; retry when /health says ok");
+    auto next = p->config();
+    edit(next);
+    return p->reconfigure(next);
   }
 
   std::string health_details() const override {
@@ -129,6 +154,8 @@ class pipeline_inference : public inference {
   std::unique_ptr<actors::client> client_;
   std::string gauges_;
   std::string health_;
+  std::function<void(const std::string&, std::function<void(admin_reply)>)> admin_;
+  std::function<std::string()> extra_metrics_;
 };
 
 }  // namespace
@@ -141,6 +168,7 @@ struct serve_instance::impl {
   std::unique_ptr<server> srv;  // after the actor system (its io_context must go first)
   std::thread loader;
   std::thread poller;
+  std::vector<std::thread> admin_threads;  // one per admin action; joined at stop
   mutable std::mutex mu;
   std::condition_variable cv;
   bool load_done = false;
@@ -195,6 +223,13 @@ struct serve_instance::impl {
     }
     if (loader.joinable()) loader.join();
     if (poller.joinable()) poller.join();
+    std::vector<std::thread> admins;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      admins.swap(admin_threads);
+    }
+    for (auto& t : admins)
+      if (t.joinable()) t.join();
     if (srv) srv->stop();  // no I/O thread runs from here on
     inf.stop();            // then no pipeline thread calls into the sessions
     srv.reset();
@@ -212,7 +247,29 @@ result<std::unique_ptr<serve_instance>> serve_instance::start(serve_options o) {
   auto* raw = i.get();
   i->loader = std::thread([raw] { raw->load(); });
   i->poller = std::thread([raw] { raw->poll(); });
-  return std::unique_ptr<serve_instance>(new serve_instance(std::move(i)));
+  std::unique_ptr<serve_instance> inst(new serve_instance(std::move(i)));
+  if (raw->opts.admin) {
+    auto* self = inst.get();
+    raw->inf.set_admin(
+        [raw, self](const std::string& action, std::function<void(inference::admin_reply)> done) {
+          std::lock_guard<std::mutex> lock(raw->mu);
+          if (raw->stopping) return done({503, R"({"error":{"message":"the server is stopping","code":"stopping"}})"});
+          raw->admin_threads.emplace_back([raw, self, action, done = std::move(done)] { done(raw->opts.admin(*self, action)); });
+        },
+        raw->opts.config_metrics);
+  } else if (raw->opts.config_metrics) {
+    raw->inf.set_admin({}, raw->opts.config_metrics);
+  }
+  return inst;
+}
+
+result<std::vector<std::string>> serve_instance::reconfigure(const std::function<void(actors::pipeline_config&)>& edit) {
+  return impl_->inf.reconfigure(edit);
+}
+
+inference::admin_reply serve_instance::admin(const std::string& action) {
+  if (!impl_->opts.admin) return {404, "{}"};
+  return impl_->opts.admin(*this, action);
 }
 
 uint16_t serve_instance::port() const { return impl_->srv ? impl_->srv->port() : 0; }
@@ -239,6 +296,7 @@ int run_serve(const serve_options& o) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   auto inst = serve_instance::start(o);
@@ -254,6 +312,12 @@ int run_serve(const serve_options& o) {
   for (;;) {
     timespec ts{0, 200 * 1000 * 1000};
     const int sig = sigtimedwait(&set, nullptr, &ts);
+    if (sig == SIGHUP) {
+      const auto r = s.admin("reload");
+      std::printf("troupe serve: SIGHUP: reload answered %d %s\n", r.status, r.body.c_str());
+      std::fflush(stdout);
+      continue;
+    }
     if (sig == SIGINT || sig == SIGTERM) {
       std::printf("troupe serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
       std::fflush(stdout);

@@ -7,9 +7,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "actors/response_cache.hpp"
 #include "model/result.hpp"
+#include "net/inference.hpp"
 #include "net/server.hpp"
 
 namespace troupe::actors {
@@ -20,6 +22,8 @@ struct backend_options;
 }
 
 namespace troupe::net {
+
+class serve_instance;
 
 struct serve_options {
   server_options server;
@@ -35,6 +39,11 @@ struct serve_options {
   // Runs on the pipeline's config and the backend's options once the fields above are applied:
   // the config module (config/serve_config.hpp) sets what has no field here.
   std::function<void(actors::pipeline_config&, model::backend_options&)> configure;
+  // Admin actions (POST /admin/reload, GET /admin/config, SIGHUP as "reload"): run on a thread of
+  // their own; answer an HTTP status and a JSON body. Unset: /admin answers 404.
+  std::function<inference::admin_reply(serve_instance&, const std::string& action)> admin;
+  // Prometheus lines about the config (its version), appended to /metrics.
+  std::function<std::string()> config_metrics;
 };
 
 class serve_instance {
@@ -48,6 +57,12 @@ class serve_instance {
   // Waits until the model is loaded (true) or failed / timed out (false; see load_error()).
   bool wait_ready(std::chrono::milliseconds timeout);
   std::string load_error() const;
+  // Hot reload: `edit` changes a copy of the running pipeline's config; the actors whose
+  // settings changed are replaced while serving (actors::pipeline::reconfigure). Answers the
+  // names of the actors replaced, or why nothing was.
+  result<std::vector<std::string>> reconfigure(const std::function<void(actors::pipeline_config&)>& edit);
+  // Runs an admin action as /admin does (for SIGHUP).
+  inference::admin_reply admin(const std::string& action);
   // Stops the server, then the pipeline. Idempotent.
   void stop();
 

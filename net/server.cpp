@@ -102,7 +102,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     const int idx = find_key(ctx_.opts.api_keys, key);
     if (idx < 0) return std::nullopt;
     if (ctx_.opts.api_keys.empty()) return std::make_pair(std::string(), std::string());
-    return std::make_pair("key" + std::to_string(idx), std::string(key));
+    return std::make_pair(ctx_.opts.tenant_of(idx), std::string(key));
   }
 
   void handle(http::request<http::string_body>&& req) {
@@ -143,6 +143,35 @@ class http_session : public std::enable_shared_from_this<http_session> {
       endpoint_ = "metrics";
       if (method != http::verb::get) return method_not_allowed("GET");
       return send(http::status::ok, ctx_.met.render(ctx_.inf.pipeline_metrics()), "text/plain; version=0.0.4");
+    }
+    if (path == "/admin/reload" || path == "/admin/config") {
+      const bool reload = path == "/admin/reload";
+      endpoint_ = reload ? "admin_reload" : "admin_config";
+      if (method != (reload ? http::verb::post : http::verb::get)) return method_not_allowed(reload ? "POST" : "GET");
+      if (ctx_.opts.admin_token.empty()) {
+        api_error e = bad_status(403, "admin endpoints are off: set auth.admin_token in the config", "admin_disabled");
+        e.type = "permission_error";
+        return send_error(e);
+      }
+      const auto h = req[http::field::authorization];
+      const auto key = bearer_key(std::string_view(h.data(), h.size()));
+      if (key.empty() || find_key({ctx_.opts.admin_token}, key) < 0) {
+        api_error e = bad_status(401, "the admin token is required: send 'Authorization: Bearer <admin token>'",
+                                 "invalid_admin_token");
+        e.type = "authentication_error";
+        return send_error(e);
+      }
+      stream_.expires_never();
+      std::weak_ptr<http_session> w = weak_from_this();
+      ctx_.inf.admin(reload ? "reload" : "config", [w](inference::admin_reply r) {
+        if (auto s = w.lock()) {
+          auto ex = s->stream_.get_executor();
+          asio::post(ex, [s = std::move(s), r = std::move(r)] {
+            s->send(static_cast<http::status>(r.status), r.body, "application/json");
+          });
+        }
+      });
+      return watch_disconnect();
     }
     if (path == "/" || path == "/index.html") {
       endpoint_ = "page";

@@ -76,7 +76,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
       authed_ = true;
       if (!ctx_.opts.api_keys.empty()) {
         owner_ = f.key;
-        tenant_ = "key" + std::to_string(idx);
+        tenant_ = ctx_.opts.tenant_of(idx);
       }
       return;
     }

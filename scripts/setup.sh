@@ -17,6 +17,7 @@ packages=(
   libcli11-dev                    # command line
   libpcre2-dev                    # Unicode-aware pre-tokenizer regexes
   python3 python3-venv python3-pip  # test clients and reference scripts
+  chromium chromium-driver        # headless browser test of the chat page (tests/clients)
 )
 
 missing=()

@@ -8,6 +8,7 @@
 //   batch_wait_ms  (default 0) with nothing running, wait up to this long for a full batch
 //                  (max_num_seqs requests) before starting a smaller one, as a batching
 //                  server's queue delay does; 0 starts with whatever is there.
+#include "actors/policies/batch_window.hpp"
 #include "actors/scheduling_policy.hpp"
 
 namespace troupe::actors::policies {
@@ -23,7 +24,7 @@ class static_batch final : public scheduling_policy {
   bool admits_new(const batch_view& b) const override {
     if (b.n_decoding > 0) return false;  // the batch runs; nobody joins
     if (b.n_running > 0) return true;    // still forming (prefilling)
-    return b.n_waiting >= b.max_num_seqs || b.waited_us >= wait_us_;
+    return idle_batch_ready(b, wait_us_, b.max_num_seqs);
   }
   bool pads_finished() const override { return true; }
 

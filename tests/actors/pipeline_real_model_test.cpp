@@ -5,7 +5,9 @@
 // change results.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "actors/client.hpp"
 #include "actors/pipeline.hpp"
@@ -109,4 +111,99 @@ TEST(pipeline_real_model, concurrent_greedy_outputs_equal_running_alone) {
   EXPECT_EQ(st->kv_blocks_available, st->kv_blocks_total);
   EXPECT_FALSE(alone[0].text.empty());
   std::printf("sample: \"%s\"\n", alone[0].text.c_str());
+}
+
+// Issue 7's test of hot swaps: 64 greedy streams run while the scheduler policy goes
+// fcfs -> priority -> sjf -> fcfs, one swap a second, for as long as they run (about 20 s here).
+// Every stream must equal its isolated greedy run: the scheduler's state moves to each new
+// actor without losing or repeating a token. 16 distinct questions, each asked 4 times with
+// other priorities (so isolated runs cost 16, not 64).
+TEST(pipeline_real_model, scheduler_swapped_every_second_under_64_streams) {
+  if (!test::real_model_available()) GTEST_SKIP() << "real model not found at " << test::real_model_path();
+  auto m = load();
+  ASSERT_TRUE(m);
+  runtime rt;
+  const char* topics[] = {"the moon", "bread", "rivers", "chess", "owls", "rain", "copper", "jazz",
+                          "glaciers", "bees", "clocks", "tea", "volcanoes", "paper", "wolves", "salt"};
+  constexpr int32_t n_tokens = 48;
+  std::vector<request_spec> distinct;
+  for (const char* t : topics) {
+    request_spec s;
+    s.messages = {{"user", std::string("Tell me about ") + t + "."}};
+    s.max_tokens = n_tokens;
+    distinct.push_back(s);
+  }
+  std::vector<completion> alone;
+  {
+    pipeline_config cfg;
+    cfg.scheduler.max_num_seqs = 1;
+    cfg.scheduler.prefix_caching = false;
+    cfg.cache.enabled = false;
+    model::backend_options bo;
+    bo.n_threads = 2;
+    bo.kv_bytes = 64ll << 20;
+    auto p = pipeline::start(rt.system(), cfg, m, bo);
+    ASSERT_TRUE(p.ok()) << p.error();
+    client c(**p);
+    for (const auto& r : distinct) {
+      auto out = c.submit(r)->wait(120s);
+      ASSERT_TRUE(out.ok()) << out.error.message;
+      alone.push_back(out);
+    }
+  }
+
+  pipeline_config cfg;
+  cfg.scheduler.policy = "fcfs";
+  cfg.scheduler.max_num_seqs = 32;
+  cfg.cache.enabled = false;
+  model::backend_options bo;
+  bo.n_threads = 2;
+  bo.kv_bytes = 64ll << 20;
+  auto p = pipeline::start(rt.system(), cfg, m, bo);
+  ASSERT_TRUE(p.ok()) << p.error();
+  client c(**p);
+  std::vector<std::unique_ptr<stream>> streams;
+  for (int i = 0; i < 64; ++i) {
+    auto s = distinct[static_cast<size_t>(i % 16)];
+    s.priority = i / 16;
+    streams.push_back(c.submit(s));
+  }
+  const char* cycle[] = {"priority", "sjf", "fcfs"};
+  std::atomic<bool> finished{false};
+  int swaps = 0;
+  std::string swap_error;
+  std::thread swapper([&] {
+    auto next = cfg;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!finished && std::chrono::steady_clock::now() - t0 < 60s) {
+      std::this_thread::sleep_for(1s);
+      if (finished) break;
+      next.scheduler.policy = cycle[swaps % 3];
+      auto r = (*p)->reconfigure(next, 30s);
+      if (!r.ok()) {
+        swap_error = r.error();
+        break;
+      }
+      ++swaps;
+    }
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  int equal = 0;
+  for (int i = 0; i < 64; ++i) {
+    auto out = streams[static_cast<size_t>(i)]->wait(300s);
+    EXPECT_TRUE(out.ok()) << i << ": " << out.error.message;
+    const auto& ref = alone[static_cast<size_t>(i % 16)];
+    EXPECT_EQ(out.tokens, ref.tokens) << "stream " << i << ": \"" << out.text << "\" alone \"" << ref.text << "\"";
+    equal += out.tokens == ref.tokens ? 1 : 0;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  finished = true;
+  swapper.join();
+  EXPECT_TRUE(swap_error.empty()) << swap_error;
+  std::printf("64 streams in %.1f s with %d scheduler swaps; %d of 64 equal to their isolated greedy runs\n", secs, swaps,
+              equal);
+  EXPECT_GE(swaps, 5) << "the streams finished too fast to swap under them";
+  auto st = (*p)->get_scheduler_stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->kv_blocks_available, st->kv_blocks_total);
 }

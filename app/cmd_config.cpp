@@ -1,0 +1,68 @@
+// `troupe config check [FILE] [--set k=v ...]`: validates a config the way `troupe serve` would
+// read it and prints the effective config (every key, defaults filled in) or every error, one a
+// line with file, line and key. `troupe config keys` lists the keys and whether each is hot.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/command.hpp"
+#include "config/config_loader.hpp"
+#include "config/config_schema.hpp"
+#include "config/serve_config.hpp"
+
+namespace {
+
+namespace cfg = troupe::config;
+
+struct config_args {
+  std::string file;
+  std::vector<std::string> sets;
+  bool show_secrets = false;
+};
+
+int check(const config_args& a) {
+  std::vector<cfg::config_override> overrides;
+  for (const auto& s : a.sets) {
+    auto o = cfg::parse_set(s);
+    if (!o) {
+      std::fprintf(stderr, "troupe config check: %s\n", o.error().c_str());
+      return 2;
+    }
+    overrides.push_back(o.value());
+  }
+  auto c = cfg::resolve_config(a.file, cfg::self_executable(), overrides);
+  if (!c) {
+    std::fprintf(stderr, "%s\n", c.error().c_str());
+    return 1;
+  }
+  std::printf("# %s: valid; the effective config:\n\n%s", c->source.c_str(),
+              cfg::to_toml(c->config, a.show_secrets ? cfg::secrets::show : cfg::secrets::redact).c_str());
+  for (const auto& w : cfg::unread_settings(c->config)) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  return 0;
+}
+
+int keys() {
+  for (const auto& k : cfg::config_keys()) std::printf("%-44s %s\n", k.key.c_str(), cfg::to_string(k.reload));
+  return 0;
+}
+
+troupe::app::register_command reg("config", "Validate a config file, or list the config keys", [](CLI::App& sub) {
+  auto a = std::make_shared<config_args>();
+  sub.require_subcommand(1);
+  auto* chk = sub.add_subcommand("check", "Validate FILE (default: the repository's config/troupe.toml) and print the effective config");
+  chk->add_option("file", a->file, "TOML config file");
+  chk->add_option("--set", a->sets, "override a key: section.key=VALUE, VALUE in TOML (repeatable)")
+      ->allow_extra_args(false);
+  chk->add_flag("--show-secrets", a->show_secrets, "print API keys and the admin token instead of <redacted>");
+  auto* ks = sub.add_subcommand("keys", "List every config key and whether a change to it is hot or needs a restart");
+  return [a, chk, ks]() {
+    if (chk->parsed()) return check(*a);
+    if (ks->parsed()) return keys();
+    return 2;
+  };
+});
+
+}  // namespace

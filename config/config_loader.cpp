@@ -1,0 +1,235 @@
+#include "config/config_loader.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config/detail/toml_schema.hpp"
+
+namespace troupe::config {
+
+namespace {
+
+using detail::reader;
+
+std::string parse_error_text(const toml::parse_error& e, const std::string& fallback) {
+  const auto& at = e.source();
+  std::string path = at.path && !at.path->empty() ? *at.path : fallback;
+  std::string where = path;
+  if (path.rfind("--", 0) != 0 && at.begin.line > 0)
+    where += ":" + std::to_string(at.begin.line) + ":" + std::to_string(at.begin.column);
+  return where + ": " + std::string(e.description());
+}
+
+// Tables are merged key by key; anything else is replaced. Nodes are moved, so they keep the
+// source (file and line, or the flag) they were read from.
+void merge(toml::table& base, toml::table&& over) {
+  for (auto&& [k, v] : over) {
+    auto* b = base.get(k.str());
+    if (b && b->is_table() && v.is_table()) merge(*b->as_table(), std::move(*v.as_table()));
+    else base.insert_or_assign(k, std::move(v));
+  }
+}
+
+result<toml::table> parse_override(const config_override& o) {
+  try {
+    return toml::parse(o.key + " = " + o.value, o.origin);
+  } catch (const toml::parse_error& first) {
+    // Not a TOML value: take the text as a string (--set model.path=models/x.gguf). If the key
+    // is the problem, this fails too, and the first error says why.
+    try {
+      return toml::parse(o.key + " = " + detail::quote(o.value), o.origin);
+    } catch (const toml::parse_error&) {
+      return make_error(parse_error_text(first, o.origin));
+    }
+  }
+}
+
+// The sections and sub-tables of the schema, each with the names that may appear in it.
+const std::map<std::string, std::vector<std::string>>& tables() {
+  static const auto t = [] {
+    std::map<std::string, std::vector<std::string>> out;
+    for (const auto& s : detail::schema()) {
+      std::string parent;
+      size_t start = 0;
+      for (;;) {
+        const auto dot = s.key.find('.', start);
+        const std::string seg = s.key.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+        auto& names = out[parent];
+        if (std::find(names.begin(), names.end(), seg) == names.end()) names.push_back(seg);
+        if (dot == std::string::npos) break;
+        parent = s.key.substr(0, dot);
+        start = dot + 1;
+      }
+    }
+    return out;
+  }();
+  return t;
+}
+
+const detail::key_spec* spec_of(const std::string& key) {
+  for (const auto& s : detail::schema())
+    if (s.key == key) return &s;
+  return nullptr;
+}
+
+void walk(const toml::table& t, const std::string& prefix, reader& rd, troupe_config& c) {
+  const auto& known = tables().at(prefix);
+  rd.check_keys(t, prefix, known);
+  for (const auto& [k, v] : t) {
+    const std::string name(k.str());
+    if (std::find(known.begin(), known.end(), name) == known.end()) continue;
+    const std::string full = prefix.empty() ? name : prefix + "." + name;
+    if (const auto* spec = spec_of(full)) {
+      rd.remember(full, v);
+      spec->read(c, v, rd);
+    } else if (const auto* sub = rd.table(v, full)) {
+      walk(*sub, full, rd, c);
+    }
+  }
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+void check_name(reader& rd, const config_registries::names_fn& names, const char* kind, const std::string& key,
+                const std::string& value) {
+  if (!names) return;
+  const auto known = names();
+  if (std::find(known.begin(), known.end(), value) != known.end()) return;
+  std::string msg = std::string("unknown ") + kind + " '" + value + "' (known: " +
+                    (known.empty() ? std::string("none") : join(known)) + ")";
+  if (auto c = detail::closest(value, known); !c.empty()) msg += "; did you mean '" + c + "'?";
+  rd.fail_key(key, msg);
+}
+
+void check(const troupe_config& c, const config_registries& r, reader& rd) {
+  check_name(rd, r.scheduler_policies, "scheduling policy", "scheduler.policy", c.scheduler.policy);
+  check_name(rd, r.admission_policies, "admission policy", "admission.policy", c.admission.policy);
+  check_name(rd, r.cache_policies, "response cache policy", "cache.policy", c.cache.policy);
+  check_name(rd, r.embedders, "embedder", "cache.embedder", c.cache.embedder);
+  check_name(rd, r.backends, "backend", "model.backend", c.model.backend);
+  for (size_t i = 0; i < c.streamer.filters.size(); ++i)
+    check_name(rd, r.filters, "output filter", "streamer.filters[" + std::to_string(i) + "].name",
+               c.streamer.filters[i].name);
+  if (r.scheduler_policy_options) {
+    if (auto s = r.scheduler_policy_options(c.scheduler.policy, c.scheduler.policy_options); !s) {
+      // Point at the option the policy refused when the message names one.
+      std::string key = "scheduler.policy_options";
+      for (const auto& [name, v] : c.scheduler.policy_options)
+        if (s.error().find("'" + name + "'") != std::string::npos) key += "." + name;
+      if (!rd.node_of(key)) key = rd.node_of("scheduler.policy_options") ? "scheduler.policy_options" : "scheduler.policy";
+      rd.fail_key(key, s.error());
+    }
+  }
+  // Keys that must agree: only once each was read well (a key that failed keeps its default,
+  // which would only confuse here).
+  if (!rd.errors().empty()) return;
+  if (c.admission.default_max_tokens > c.admission.max_tokens_cap)
+    rd.fail_key(rd.node_of("admission.default_max_tokens") ? "admission.default_max_tokens" : "admission.max_tokens_cap",
+                "admission.default_max_tokens (" + std::to_string(c.admission.default_max_tokens) +
+                    ") exceeds admission.max_tokens_cap (" + std::to_string(c.admission.max_tokens_cap) + ")");
+}
+
+}  // namespace
+
+result<config_override> parse_set(const std::string& arg) {
+  const auto eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return make_error("--set " + arg + ": expected section.key=value (e.g. scheduler.max_num_seqs=16)");
+  std::string key = arg.substr(0, eq);
+  while (!key.empty() && key.back() == ' ') key.pop_back();
+  return config_override{key, arg.substr(eq + 1), "--set " + arg};
+}
+
+result<troupe_config> parse_config(std::string_view text, const std::string& source_name,
+                                   const std::vector<config_override>& overrides,
+                                   const config_registries& registries) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    return make_error(parse_error_text(e, source_name));
+  }
+  for (const auto& o : overrides) {
+    auto t = parse_override(o);
+    if (!t) return make_error(t.error());
+    merge(root, std::move(t.value()));
+  }
+  reader rd(source_name);
+  troupe_config c;
+  walk(root, "", rd, c);
+  check(c, registries, rd);
+  if (!rd.errors().empty()) return make_error(join(rd.errors(), "\n"));
+  return c;
+}
+
+result<troupe_config> load_config(const std::string& path, const std::vector<config_override>& overrides,
+                                  const config_registries& registries) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error("cannot read config file '" + path + "': " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_config(ss.str(), path, overrides, registries);
+}
+
+std::string to_toml(const troupe_config& c, secrets s) {
+  toml::table root;
+  for (const auto& spec : detail::schema()) spec.write(c, root, s == secrets::redact);
+  return detail::write_document(root);
+}
+
+std::string default_config_path(const std::string& exe_path) {
+  auto exists = [](const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  };
+  auto dir_of = [](const std::string& p) {
+    const auto slash = p.find_last_of('/');
+    return slash == std::string::npos ? std::string(".") : p.substr(0, slash);
+  };
+  std::vector<std::string> candidates;
+  if (!exe_path.empty()) {
+    const std::string d = dir_of(exe_path);
+    candidates.push_back(d + "/config/troupe.toml");     // an installed layout
+    candidates.push_back(d + "/../config/troupe.toml");  // build/troupe in the repository
+  }
+  // This file is config/config_loader.cpp of the source tree the binary was built from.
+  const std::string self = __FILE__;
+  if (!self.empty() && self[0] == '/') candidates.push_back(dir_of(self) + "/troupe.toml");
+  candidates.push_back("config/troupe.toml");
+  for (const auto& c : candidates) {
+    if (!exists(c)) continue;
+    char buf[PATH_MAX];
+    return ::realpath(c.c_str(), buf) ? std::string(buf) : c;
+  }
+  return {};
+}
+
+result<located_config> resolve_config(const std::string& path, const std::string& exe_path,
+                                      const std::vector<config_override>& overrides,
+                                      const config_registries& registries) {
+  const std::string file = path.empty() ? default_config_path(exe_path) : path;
+  auto c = file.empty() ? parse_config("", "built-in defaults", overrides, registries)
+                        : load_config(file, overrides, registries);
+  if (!c) return make_error(c.error());
+  return located_config{std::move(c.value()), file.empty() ? std::string("built-in defaults") : file};
+}
+
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+}  // namespace troupe::config

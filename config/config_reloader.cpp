@@ -1,0 +1,69 @@
+#include "config/config_reloader.hpp"
+
+#include <utility>
+
+namespace troupe::config {
+
+config_reloader::config_reloader(troupe_config running, std::string path, std::string exe_path,
+                                 std::vector<config_override> overrides)
+    : active_(running), started_(std::move(running)), path_(std::move(path)), exe_path_(std::move(exe_path)),
+      overrides_(std::move(overrides)) {}
+
+reload_result config_reloader::reload(const apply_fn& apply) {
+  std::lock_guard<std::mutex> serial(reload_mu_);
+  auto next = resolve_config(path_, exe_path_, overrides_);
+  if (!next) {
+    reload_result r;
+    r.error = "the config was not reloaded (the running one stays): " + next.error();
+    r.version = version();
+    return r;
+  }
+  return reload_from(next->config, apply);
+}
+
+reload_result config_reloader::reload_from(const troupe_config& next, const apply_fn& apply) {
+  troupe_config before;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    before = active_;
+  }
+  reload_result r;
+  for (auto& c : config_diff(before, next))
+    if (c.reload == reload_kind::hot) r.applied.push_back(std::move(c));
+  for (auto& c : config_diff(started_, next))
+    if (c.reload == reload_kind::restart) r.restart_needed.push_back(std::move(c));
+  if (!r.applied.empty()) {
+    auto done = apply(next);
+    if (!done) {
+      r.error = "the config was not applied (the running one stays): " + done.error();
+      r.applied.clear();
+      r.version = version();
+      return r;
+    }
+    r.replaced = std::move(done.value());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!r.applied.empty()) ++version_;
+  active_ = next;
+  pending_ = r.restart_needed;
+  r.ok = true;
+  r.version = version_;
+  return r;
+}
+
+int64_t config_reloader::version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return version_;
+}
+
+troupe_config config_reloader::active() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return active_;
+}
+
+std::vector<config_change> config_reloader::pending_restart() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_;
+}
+
+}  // namespace troupe::config

@@ -1,0 +1,796 @@
+// The one table of config keys: type, range, allowed values, hot or restart, and how each is
+// read from TOML and written back. Ranges are what the code accepts without misbehaving (a port
+// fits 16 bits, a thread count is positive), not recommendations; reference.toml says both.
+#include "config/config_schema.hpp"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <limits>
+#include <type_traits>
+
+#include "config/detail/toml_schema.hpp"
+
+namespace troupe::config {
+
+const char* to_string(reload_kind r) { return r == reload_kind::hot ? "hot" : "restart"; }
+
+namespace detail {
+
+namespace {
+
+constexpr int64_t kib = 1024;
+constexpr int64_t mib = kib * kib;
+constexpr int64_t gib = mib * kib;
+constexpr int64_t day_ms = 24LL * 3600 * 1000;
+constexpr auto hot = reload_kind::hot;
+constexpr auto restart = reload_kind::restart;
+
+key_spec spec(std::string key, reload_kind r, std::vector<std::string> entries = {}, bool diff_entries = false) {
+  key_spec s;
+  s.key = std::move(key);
+  s.reload = r;
+  s.entries = std::move(entries);
+  s.diff_entries = diff_entries;
+  return s;
+}
+
+std::string last_segment(const std::string& key) {
+  const auto dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+std::string parent_of(const std::string& key) {
+  const auto dot = key.rfind('.');
+  return dot == std::string::npos ? std::string() : key.substr(0, dot);
+}
+
+template <class Node>
+void put(toml::table& root, const std::string& key, Node&& value) {
+  table_at(root, parent_of(key)).insert_or_assign(last_segment(key), std::forward<Node>(value));
+}
+
+// The shortest decimal that reads back as the same float: 0.9f prints as 0.9, not 0.899999976.
+double shortest(float f) {
+  char buf[32];
+  for (int precision = 6; precision <= 9; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, static_cast<double>(f));
+    const double d = std::strtod(buf, nullptr);
+    if (static_cast<float>(d) == f) return d;
+  }
+  return static_cast<double>(f);
+}
+
+// The shortest decimal that reads back as the same double (100 -> "100", 0.9 -> "0.9").
+std::string number_text(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// Field accessors: `field(c)` is a reference into the config.
+#define TROUPE_FIELD(path) [](troupe_config& c) -> auto& { return c.path; }
+
+template <class F>
+key_spec integer_key(std::string key, reload_kind r, int64_t lo, int64_t hi, F field) {
+  key_spec s = spec(key, r);
+  s.read = [key, lo, hi, field](troupe_config& c, const toml::node& n, reader& rd) {
+    if (auto v = rd.integer(n, key, lo, hi)) field(c) = *v;
+  };
+  s.write = [key, field](const troupe_config& c, toml::table& root, bool) {
+    put(root, key, static_cast<int64_t>(field(const_cast<troupe_config&>(c))));
+  };
+  return s;
+}
+
+template <class F>
+key_spec number_key(std::string key, reload_kind r, double lo, double hi, F field) {
+  key_spec s = spec(key, r);
+  s.read = [key, lo, hi, field](troupe_config& c, const toml::node& n, reader& rd) {
+    using T = std::decay_t<decltype(field(c))>;
+    if (auto v = rd.number(n, key, lo, hi)) field(c) = static_cast<T>(*v);
+  };
+  s.write = [key, field](const troupe_config& c, toml::table& root, bool) {
+    const auto v = field(const_cast<troupe_config&>(c));
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, float>) put(root, key, shortest(v));
+    else put(root, key, static_cast<double>(v));
+  };
+  return s;
+}
+
+template <class F>
+key_spec bool_key(std::string key, reload_kind r, F field) {
+  key_spec s = spec(key, r);
+  s.read = [key, field](troupe_config& c, const toml::node& n, reader& rd) {
+    if (auto v = rd.boolean(n, key)) field(c) = *v;
+  };
+  s.write = [key, field](const troupe_config& c, toml::table& root, bool) {
+    put(root, key, static_cast<bool>(field(const_cast<troupe_config&>(c))));
+  };
+  return s;
+}
+
+template <class F>
+key_spec string_key(std::string key, reload_kind r, bool non_empty, std::vector<std::string> allowed, F field,
+                    bool secret = false) {
+  key_spec s = spec(key, r);
+  s.read = [key, non_empty, allowed, field](troupe_config& c, const toml::node& n, reader& rd) {
+    if (auto v = rd.string(n, key, non_empty, allowed)) field(c) = *v;
+  };
+  s.write = [key, field, secret](const troupe_config& c, toml::table& root, bool redact) {
+    const std::string& v = field(const_cast<troupe_config&>(c));
+    put(root, key, secret && redact && !v.empty() ? std::string("<redacted>") : v);
+  };
+  return s;
+}
+
+// The four numbers of a tenant's limits, shared by admission.default_tenant and
+// admission.tenants.<name>.
+struct limit_field {
+  const char* name;
+  double tenant_limits_section::*member;
+};
+const limit_field limit_fields[] = {
+    {"requests_per_s", &tenant_limits_section::requests_per_s},
+    {"request_burst", &tenant_limits_section::request_burst},
+    {"tokens_per_s", &tenant_limits_section::tokens_per_s},
+    {"token_burst", &tenant_limits_section::token_burst},
+};
+constexpr double max_rate = 1e12;
+
+std::vector<std::string> limit_names() {
+  std::vector<std::string> v;
+  for (const auto& f : limit_fields) v.push_back(f.name);
+  return v;
+}
+
+key_spec policy_options_key() {
+  key_spec s = spec("scheduler.policy_options", hot, {"*"}, true);
+  s.read = [](troupe_config& c, const toml::node& n, reader& rd) {
+    const std::string key = "scheduler.policy_options";
+    const auto* t = rd.table(n, key);
+    if (!t) return;
+    c.scheduler.policy_options.clear();
+    for (const auto& [k, v] : *t) {
+      const std::string full = key + "." + std::string(k.str());
+      rd.remember(full, v);
+      if (auto x = rd.number(v, full, -std::numeric_limits<double>::max(), std::numeric_limits<double>::max()))
+        c.scheduler.policy_options[std::string(k.str())] = *x;
+    }
+  };
+  s.write = [](const troupe_config& c, toml::table& root, bool) {
+    auto& t = table_at(root, "scheduler.policy_options");
+    for (const auto& [k, v] : c.scheduler.policy_options) t.insert_or_assign(k, v);
+  };
+  return s;
+}
+
+void read_limits(tenant_limits_section& out, const toml::table& t, const std::string& prefix, reader& rd) {
+  rd.check_keys(t, prefix, limit_names());
+  for (const auto& f : limit_fields) {
+    if (const auto* v = t.get(f.name)) {
+      rd.remember(prefix + "." + f.name, *v);
+      if (auto x = rd.number(*v, prefix + "." + f.name, 0, max_rate)) out.*f.member = *x;
+    }
+  }
+}
+
+void write_limits(const tenant_limits_section& l, toml::table& t) {
+  for (const auto& f : limit_fields) t.insert_or_assign(f.name, l.*f.member);
+}
+
+key_spec tenants_key() {
+  key_spec s = spec("admission.tenants", hot, {}, true);
+  for (const auto& f : limit_fields) s.entries.push_back(std::string("*.") + f.name);
+  s.read = [](troupe_config& c, const toml::node& n, reader& rd) {
+    const std::string key = "admission.tenants";
+    const auto* t = rd.table(n, key);
+    if (!t) return;
+    c.admission.tenants.clear();
+    for (const auto& [k, v] : *t) {
+      const std::string name(k.str());
+      const std::string full = key + "." + name;
+      if (name.empty()) {
+        rd.fail(v, full, "a tenant needs a name");
+        continue;
+      }
+      const auto* lt = rd.table(v, full);
+      if (!lt) continue;
+      tenant_limits_section l;
+      read_limits(l, *lt, full, rd);
+      c.admission.tenants[name] = l;
+    }
+  };
+  s.write = [](const troupe_config& c, toml::table& root, bool) {
+    auto& t = table_at(root, "admission.tenants");
+    for (const auto& [name, l] : c.admission.tenants) {
+      toml::table lt;
+      write_limits(l, lt);
+      t.insert_or_assign(name, std::move(lt));
+    }
+  };
+  return s;
+}
+
+key_spec limit_key(const limit_field& f) {
+  const std::string key = std::string("admission.default_tenant.") + f.name;
+  key_spec s = spec(key, hot);
+  auto member = f.member;
+  s.read = [key, member](troupe_config& c, const toml::node& n, reader& rd) {
+    if (auto x = rd.number(n, key, 0, max_rate)) c.admission.default_tenant.*member = *x;
+  };
+  s.write = [key, member](const troupe_config& c, toml::table& root, bool) {
+    put(root, key, c.admission.default_tenant.*member);
+  };
+  return s;
+}
+
+// Calls `f(table, full_key, node)` for each element of the array of tables at `key`, after
+// checking each has only `fields` and holds `required`.
+template <class F>
+void each_entry(const toml::node& n, const std::string& key, const std::vector<std::string>& fields,
+                const char* required, reader& rd, F f) {
+  const auto* a = rd.array(n, key);
+  if (!a) return;
+  for (size_t i = 0; i < a->size(); ++i) {
+    const auto& e = *a->get(i);
+    const std::string full = key + "[" + std::to_string(i) + "]";
+    const auto* t = rd.table(e, full);
+    if (!t) continue;
+    rd.check_keys(*t, full, fields);
+    if (!t->get(required)) rd.fail(e, full, std::string("missing '") + required + "'");
+    f(*t, full, e);
+  }
+}
+
+key_spec api_keys_key() {
+  key_spec s = spec("auth.api_keys", restart, {"[].key", "[].tenant"});
+  s.read = [](troupe_config& c, const toml::node& n, reader& rd) {
+    c.auth.api_keys.clear();
+    each_entry(n, "auth.api_keys", {"key", "tenant"}, "key", rd,
+               [&](const toml::table& t, const std::string& full, const toml::node& e) {
+                 api_key k;
+                 if (const auto* v = t.get("key"))
+                   if (auto x = rd.string(*v, full + ".key", true)) k.key = *x;
+                 if (const auto* v = t.get("tenant"))
+                   if (auto x = rd.string(*v, full + ".tenant", false)) k.tenant = *x;
+                 for (const auto& earlier : c.auth.api_keys)
+                   if (!k.key.empty() && earlier.key == k.key) rd.fail(e, full + ".key", "the same API key is listed twice");
+                 c.auth.api_keys.push_back(std::move(k));
+               });
+  };
+  s.write = [](const troupe_config& c, toml::table& root, bool redact) {
+    toml::array a;
+    for (const auto& k : c.auth.api_keys) {
+      toml::table t;
+      t.insert_or_assign("key", redact ? std::string("<redacted>") : k.key);
+      t.insert_or_assign("tenant", k.tenant);
+      a.push_back(std::move(t));
+    }
+    put(root, "auth.api_keys", std::move(a));
+  };
+  return s;
+}
+
+std::optional<option_value> read_option(const toml::node& n, const std::string& key, reader& rd) {
+  if (auto b = n.as_boolean()) return option_value(b->get());
+  if (auto i = n.as_integer()) return option_value(i->get());
+  if (auto f = n.as_floating_point()) return option_value(f->get());
+  if (auto s = n.as_string()) return option_value(s->get());
+  if (auto a = n.as_array()) {
+    std::vector<std::string> v;
+    for (size_t i = 0; i < a->size(); ++i) {
+      const auto& e = *a->get(i);
+      if (!e.is_string()) {
+        rd.fail(e, key + "[" + std::to_string(i) + "]", "expected a string, got " + type_name(e));
+        return std::nullopt;
+      }
+      v.push_back(e.as_string()->get());
+    }
+    return option_value(std::move(v));
+  }
+  rd.fail(n, key, "expected a boolean, a number, a string or an array of strings, got " + type_name(n));
+  return std::nullopt;
+}
+
+key_spec filters_key() {
+  key_spec s = spec("streamer.filters", hot, {"[].name", "[].options.*"});
+  s.read = [](troupe_config& c, const toml::node& n, reader& rd) {
+    c.streamer.filters.clear();
+    each_entry(n, "streamer.filters", {"name", "options"}, "name", rd,
+               [&](const toml::table& t, const std::string& full, const toml::node&) {
+                 filter_spec f;
+                 if (const auto* v = t.get("name")) {
+                   rd.remember(full + ".name", *v);
+                   if (auto x = rd.string(*v, full + ".name", true)) f.name = *x;
+                 }
+                 if (const auto* v = t.get("options")) {
+                   if (const auto* ot = rd.table(*v, full + ".options")) {
+                     for (const auto& [k, ov] : *ot) {
+                       if (auto x = read_option(ov, full + ".options." + std::string(k.str()), rd))
+                         f.options[std::string(k.str())] = std::move(*x);
+                     }
+                   }
+                 }
+                 c.streamer.filters.push_back(std::move(f));
+               });
+  };
+  s.write = [](const troupe_config& c, toml::table& root, bool) {
+    toml::array a;
+    for (const auto& f : c.streamer.filters) {
+      toml::table t;
+      t.insert_or_assign("name", f.name);
+      toml::table o;
+      for (const auto& [k, v] : f.options) {
+        std::visit(
+            [&, k = k](const auto& x) {
+              using T = std::decay_t<decltype(x)>;
+              if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+                toml::array arr;
+                for (const auto& s : x) arr.push_back(s);
+                o.insert_or_assign(k, std::move(arr));
+              } else {
+                o.insert_or_assign(k, x);
+              }
+            },
+            v);
+      }
+      t.insert_or_assign("options", std::move(o));
+      a.push_back(std::move(t));
+    }
+    put(root, "streamer.filters", std::move(a));
+  };
+  return s;
+}
+
+key_spec plugins_key() {
+  key_spec s = spec("plugins", restart);
+  s.read = [](troupe_config& c, const toml::node& n, reader& rd) {
+    const auto* a = rd.array(n, "plugins");
+    if (!a) return;
+    c.plugins.clear();
+    for (size_t i = 0; i < a->size(); ++i) {
+      if (auto x = rd.string(*a->get(i), "plugins[" + std::to_string(i) + "]", true)) c.plugins.push_back(*x);
+    }
+  };
+  s.write = [](const troupe_config& c, toml::table& root, bool) {
+    toml::array a;
+    for (const auto& p : c.plugins) a.push_back(p);
+    root.insert_or_assign("plugins", std::move(a));
+  };
+  return s;
+}
+
+std::vector<key_spec> make_schema() {
+  std::vector<key_spec> v;
+  // The order of reference.toml.
+  v.push_back(plugins_key());
+
+  v.push_back(string_key("server.host", restart, true, {}, TROUPE_FIELD(server.host)));
+  v.push_back(integer_key("server.port", restart, 0, 65535, TROUPE_FIELD(server.port)));
+  v.push_back(integer_key("server.io_threads", restart, 1, 256, TROUPE_FIELD(server.io_threads)));
+  v.push_back(integer_key("server.max_body_bytes", restart, 1, gib, TROUPE_FIELD(server.max_body_bytes)));
+  v.push_back(integer_key("server.max_ws_message_bytes", restart, 1, gib, TROUPE_FIELD(server.max_ws_message_bytes)));
+  v.push_back(integer_key("server.max_ws_queue_bytes", restart, 1, 16 * gib, TROUPE_FIELD(server.max_ws_queue_bytes)));
+  v.push_back(integer_key("server.ws_idle_timeout_s", restart, 2, 86400, TROUPE_FIELD(server.ws_idle_timeout_s)));
+  v.push_back(integer_key("server.resume_window_s", restart, 0, 86400, TROUPE_FIELD(server.resume_window_s)));
+  v.push_back(integer_key("server.resume_keep_tokens", restart, 0, 16 * mib, TROUPE_FIELD(server.resume_keep_tokens)));
+
+  v.push_back(string_key("model.path", restart, true, {}, TROUPE_FIELD(model.path)));
+  v.push_back(string_key("model.name", restart, false, {}, TROUPE_FIELD(model.name)));
+  v.push_back(string_key("model.backend", restart, true, {}, TROUPE_FIELD(model.backend)));
+  v.push_back(integer_key("model.threads", restart, 0, 1024, TROUPE_FIELD(model.threads)));
+
+  v.push_back(integer_key("kv.memory_mib", restart, 1, mib, TROUPE_FIELD(kv.memory_mib)));
+  v.push_back(integer_key("kv.block_size", restart, 1, 1024, TROUPE_FIELD(kv.block_size)));
+  v.push_back(bool_key("kv.f32", restart, TROUPE_FIELD(kv.f32)));
+  v.push_back(bool_key("kv.prefix_caching", restart, TROUPE_FIELD(kv.prefix_caching)));
+
+  v.push_back(string_key("scheduler.policy", hot, true, {}, TROUPE_FIELD(scheduler.policy)));
+  v.push_back(integer_key("scheduler.max_num_seqs", hot, 1, 65536, TROUPE_FIELD(scheduler.max_num_seqs)));
+  v.push_back(integer_key("scheduler.max_batched_tokens", hot, 1, mib, TROUPE_FIELD(scheduler.max_batched_tokens)));
+  v.push_back(integer_key("scheduler.max_steps_in_flight", hot, 1, 16, TROUPE_FIELD(scheduler.max_steps_in_flight)));
+  v.push_back(policy_options_key());
+
+  v.push_back(string_key("admission.policy", hot, true, {}, TROUPE_FIELD(admission.policy)));
+  v.push_back(integer_key("admission.max_pending", hot, 1, 16 * mib, TROUPE_FIELD(admission.max_pending)));
+  v.push_back(integer_key("admission.max_prompt_tokens", hot, 0, 16 * mib, TROUPE_FIELD(admission.max_prompt_tokens)));
+  v.push_back(integer_key("admission.max_tokens_cap", hot, 1, 16 * mib, TROUPE_FIELD(admission.max_tokens_cap)));
+  v.push_back(integer_key("admission.default_max_tokens", hot, 1, 16 * mib, TROUPE_FIELD(admission.default_max_tokens)));
+  v.push_back(integer_key("admission.max_stop_strings", hot, 0, 1024, TROUPE_FIELD(admission.max_stop_strings)));
+  v.push_back(integer_key("admission.default_deadline_ms", hot, 0, 365 * day_ms, TROUPE_FIELD(admission.default_deadline_ms)));
+  for (const auto& f : limit_fields) v.push_back(limit_key(f));
+  v.push_back(tenants_key());
+
+  v.push_back(bool_key("cache.enabled", hot, TROUPE_FIELD(cache.enabled)));
+  v.push_back(string_key("cache.policy", hot, true, {}, TROUPE_FIELD(cache.policy)));
+  v.push_back(number_key("cache.threshold", hot, 0.0, 1.0, TROUPE_FIELD(cache.threshold)));
+  v.push_back(integer_key("cache.ttl_s", hot, 0, 100LL * 365 * 86400, TROUPE_FIELD(cache.ttl_s)));
+  v.push_back(integer_key("cache.max_entries", hot, 1, 1LL << 32, TROUPE_FIELD(cache.max_entries)));
+  v.push_back(integer_key("cache.max_bytes", hot, 1, 1LL << 50, TROUPE_FIELD(cache.max_bytes)));
+  v.push_back(integer_key("cache.max_question_bytes", hot, 1, 16 * mib, TROUPE_FIELD(cache.max_question_bytes)));
+  v.push_back(bool_key("cache.semantic_for_truncated", hot, TROUPE_FIELD(cache.semantic_for_truncated)));
+  v.push_back(bool_key("cache.lexical_guards", hot, TROUPE_FIELD(cache.lexical_guards)));
+  v.push_back(integer_key("cache.exact_max_entries", hot, 1, 1LL << 32, TROUPE_FIELD(cache.exact_max_entries)));
+  v.push_back(string_key("cache.path", restart, true, {}, TROUPE_FIELD(cache.path)));
+  v.push_back(bool_key("cache.sync_writes", restart, TROUPE_FIELD(cache.sync_writes)));
+  v.push_back(string_key("cache.embedder", restart, true, {}, TROUPE_FIELD(cache.embedder)));
+  v.push_back(string_key("cache.embedder_options.model_dir", restart, false, {}, TROUPE_FIELD(cache.embedder_model_dir)));
+  v.push_back(integer_key("cache.embedder_options.threads", restart, 0, 1024, TROUPE_FIELD(cache.embedder_threads)));
+  v.push_back(integer_key("cache.embedder_options.max_tokens", restart, 1, 8192, TROUPE_FIELD(cache.embedder_max_tokens)));
+  v.push_back(string_key("cache.embedder_options.weights", restart, true, {"f32", "f16", "q8_0"},
+                         TROUPE_FIELD(cache.embedder_weights)));
+  v.push_back(integer_key("cache.embedder_options.dimension", restart, 1, 65536, TROUPE_FIELD(cache.embedder_dimension)));
+  v.push_back(integer_key("cache.index.flat_limit", restart, 0, 1LL << 32, TROUPE_FIELD(cache.index_flat_limit)));
+  v.push_back(integer_key("cache.index.hnsw_m", restart, 2, 256, TROUPE_FIELD(cache.index_hnsw_m)));
+  v.push_back(integer_key("cache.index.ef_construction", restart, 1, 10000, TROUPE_FIELD(cache.index_ef_construction)));
+  v.push_back(integer_key("cache.index.ef_search", restart, 1, 10000, TROUPE_FIELD(cache.index_ef_search)));
+
+  v.push_back(integer_key("streamer.buffer_tokens", restart, 0, mib, TROUPE_FIELD(streamer.buffer_tokens)));
+  v.push_back(integer_key("streamer.slow_consumer_timeout_ms", restart, 1, day_ms,
+                          TROUPE_FIELD(streamer.slow_consumer_timeout_ms)));
+  v.push_back(filters_key());
+
+  v.push_back(api_keys_key());
+  v.push_back(string_key("auth.admin_token", restart, false, {}, TROUPE_FIELD(auth.admin_token), true));
+
+  v.push_back(string_key("logging.level", hot, true, {"trace", "debug", "info", "warn", "error", "critical", "off"},
+                         TROUPE_FIELD(logging.level)));
+
+  v.push_back(integer_key("supervisor.step_timeout_ms", restart, 1, day_ms, TROUPE_FIELD(supervisor.step_timeout_ms)));
+  v.push_back(integer_key("supervisor.startup_timeout_ms", restart, 1, day_ms, TROUPE_FIELD(supervisor.startup_timeout_ms)));
+  v.push_back(integer_key("supervisor.max_restarts", restart, 0, 1000000, TROUPE_FIELD(supervisor.max_restarts)));
+  v.push_back(integer_key("supervisor.restart_window_ms", restart, 1, day_ms, TROUPE_FIELD(supervisor.restart_window_ms)));
+  return v;
+}
+
+#undef TROUPE_FIELD
+
+// Edits (insert, delete, replace, swap two neighbours) from a to b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+}  // namespace
+
+const std::vector<key_spec>& schema() {
+  static const std::vector<key_spec> s = make_schema();
+  return s;
+}
+
+std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(word, c);
+    const size_t limit = std::max<size_t>(1, std::max(word.size(), c.size()) / 3);
+    // One a prefix of the other ("warning" / "warn", "max_seqs" / "max_seqs_total") is a
+    // likely slip even when many letters differ.
+    const size_t common = std::min(word.size(), c.size());
+    const bool prefix = common >= 3 && word.compare(0, common, c, 0, common) == 0;
+    if (prefix) d = std::min(d, limit);
+    if (d <= limit && d < best_d) {
+      best = c;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+std::string type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a floating-point number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+    default: return "nothing";
+  }
+}
+
+std::string quote(std::string_view s) {
+  std::string out = "\"";
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (ch < 0x20 || ch == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+          out += buf;
+        } else {
+          out += static_cast<char>(ch);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+namespace {
+
+bool bare_key(std::string_view k) {
+  if (k.empty()) return false;
+  for (char ch : k)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-')) return false;
+  return true;
+}
+
+std::string key_text(std::string_view k) { return bare_key(k) ? std::string(k) : quote(k); }
+
+std::string double_text(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+  std::string s = number_text(v);
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
+bool array_of_tables(const toml::node& n) {
+  const auto* a = n.as_array();
+  return a && !a->empty() && a->is_array_of_tables();
+}
+
+void write_table(std::string& out, const toml::table& t, const std::string& path) {
+  for (const auto& [k, v] : t)
+    if (!v.is_table() && !array_of_tables(v)) out += key_text(k.str()) + " = " + inline_value(v) + "\n";
+  for (const auto& [k, v] : t) {
+    if (!v.is_table()) continue;
+    const std::string sub = path.empty() ? key_text(k.str()) : path + "." + key_text(k.str());
+    out += "\n[" + sub + "]\n";
+    write_table(out, *v.as_table(), sub);
+  }
+  for (const auto& [k, v] : t) {
+    if (!array_of_tables(v)) continue;
+    const std::string sub = path.empty() ? key_text(k.str()) : path + "." + key_text(k.str());
+    for (const auto& e : *v.as_array()) {
+      out += "\n[[" + sub + "]]\n";
+      // An element's own tables are written inline: a [sub.table] header here would be read
+      // as belonging to the last element only by readers that get TOML's rule right.
+      for (const auto& [ek, ev] : *e.as_table()) out += key_text(ek.str()) + " = " + inline_value(ev) + "\n";
+    }
+  }
+}
+
+}  // namespace
+
+std::string inline_value(const toml::node& n) {
+  if (const auto* s = n.as_string()) return quote(s->get());
+  if (const auto* i = n.as_integer()) return std::to_string(i->get());
+  if (const auto* f = n.as_floating_point()) return double_text(f->get());
+  if (const auto* b = n.as_boolean()) return b->get() ? "true" : "false";
+  if (const auto* a = n.as_array()) {
+    std::string out = "[";
+    for (size_t i = 0; i < a->size(); ++i) out += (i ? ", " : "") + inline_value(*a->get(i));
+    return out + "]";
+  }
+  if (const auto* t = n.as_table()) {
+    if (t->empty()) return "{}";
+    std::string out = "{ ";
+    bool first = true;
+    for (const auto& [k, v] : *t) {
+      out += (first ? "" : ", ") + key_text(k.str()) + " = " + inline_value(v);
+      first = false;
+    }
+    return out + " }";
+  }
+  std::ostringstream os;  // dates and times: no key of the schema has one
+  n.visit([&](const auto& x) { os << x; });
+  return os.str();
+}
+
+std::string write_document(const toml::table& t) {
+  std::string out;
+  write_table(out, t, "");
+  return out;
+}
+
+toml::table& table_at(toml::table& root, const std::string& parent) {
+  toml::table* t = &root;
+  size_t start = 0;
+  while (start < parent.size()) {
+    auto dot = parent.find('.', start);
+    if (dot == std::string::npos) dot = parent.size();
+    const std::string seg = parent.substr(start, dot - start);
+    auto* next = t->get(seg);
+    if (!next || !next->is_table()) {
+      t->insert_or_assign(seg, toml::table{});
+      next = t->get(seg);
+    }
+    t = next->as_table();
+    start = dot + 1;
+  }
+  return *t;
+}
+
+// --- reader --------------------------------------------------------------------------------
+
+std::string reader::where(const toml::source_region& at) const {
+  std::string path = at.path ? *at.path : source_;
+  if (path.empty()) path = source_;
+  // Overrides from the command line are one line each: their text says more than a position.
+  if (at.begin.line == 0 || path.rfind("--", 0) == 0) return path;
+  return path + ":" + std::to_string(at.begin.line) + ":" + std::to_string(at.begin.column);
+}
+
+void reader::fail(const toml::source_region& at, const std::string& key, const std::string& message) {
+  errors_.push_back(where(at) + ": " + key + ": " + message);
+}
+
+void reader::fail_key(const std::string& key, const std::string& message) {
+  if (const auto* n = node_of(key)) fail(*n, key, message);
+  else errors_.push_back(source_ + ": " + key + ": " + message);
+}
+
+const toml::node* reader::node_of(const std::string& key) const {
+  auto it = seen_.find(key);
+  return it == seen_.end() ? nullptr : it->second;
+}
+
+std::optional<int64_t> reader::integer(const toml::node& n, const std::string& key, int64_t lo, int64_t hi) {
+  const auto* i = n.as_integer();
+  if (!i) {
+    fail(n, key, "expected an integer, got " + type_name(n));
+    return std::nullopt;
+  }
+  const int64_t v = i->get();
+  if (v < lo || v > hi) {
+    fail(n, key, std::to_string(v) + " is out of range (" + std::to_string(lo) + ".." + std::to_string(hi) + ")");
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<double> reader::number(const toml::node& n, const std::string& key, double lo, double hi) {
+  double v = 0;
+  if (const auto* f = n.as_floating_point()) v = f->get();
+  else if (const auto* i = n.as_integer()) v = static_cast<double>(i->get());
+  else {
+    fail(n, key, "expected a number, got " + type_name(n));
+    return std::nullopt;
+  }
+  if (!std::isfinite(v)) {
+    fail(n, key, "expected a finite number");
+    return std::nullopt;
+  }
+  if (v < lo || v > hi) {
+    fail(n, key, number_text(v) + " is out of range (" + number_text(lo) + ".." + number_text(hi) + ")");
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<bool> reader::boolean(const toml::node& n, const std::string& key) {
+  if (const auto* b = n.as_boolean()) return b->get();
+  fail(n, key, "expected true or false, got " + type_name(n));
+  return std::nullopt;
+}
+
+std::optional<std::string> reader::string(const toml::node& n, const std::string& key, bool non_empty,
+                                          const std::vector<std::string>& allowed) {
+  const auto* s = n.as_string();
+  if (!s) {
+    fail(n, key, "expected a string, got " + type_name(n));
+    return std::nullopt;
+  }
+  const std::string& v = s->get();
+  if (non_empty && v.empty()) {
+    fail(n, key, "must not be empty");
+    return std::nullopt;
+  }
+  if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), v) == allowed.end()) {
+    std::string msg = "'" + v + "' is not one of " + join(allowed);
+    if (auto c = closest(v, allowed); !c.empty()) msg += "; did you mean '" + c + "'?";
+    fail(n, key, msg);
+    return std::nullopt;
+  }
+  return v;
+}
+
+const toml::table* reader::table(const toml::node& n, const std::string& key) {
+  if (const auto* t = n.as_table()) return t;
+  fail(n, key, "expected a table, got " + type_name(n));
+  return nullptr;
+}
+
+const toml::array* reader::array(const toml::node& n, const std::string& key) {
+  if (const auto* a = n.as_array()) return a;
+  fail(n, key, "expected an array, got " + type_name(n));
+  return nullptr;
+}
+
+void reader::check_keys(const toml::table& t, const std::string& prefix, const std::vector<std::string>& known) {
+  for (const auto& [k, v] : t) {
+    const std::string name(k.str());
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    const std::string full = prefix.empty() ? name : prefix + "." + name;
+    std::string msg = "unknown key";
+    if (auto c = closest(name, known); !c.empty())
+      msg += "; did you mean '" + (prefix.empty() ? c : prefix + "." + c) + "'?";
+    else if (!known.empty())
+      msg += " (" + (prefix.empty() ? std::string("sections and keys") : "keys of [" + prefix + "]") + ": " +
+             join(known) + ")";
+    fail(k.source(), full, msg);
+  }
+}
+
+}  // namespace detail
+
+// --- public side ----------------------------------------------------------------------------
+
+const std::vector<config_key>& config_keys() {
+  static const std::vector<config_key> keys = [] {
+    std::vector<config_key> out;
+    for (const auto& s : detail::schema()) {
+      out.push_back({s.key, s.reload});
+      for (const auto& e : s.entries) out.push_back({s.key + (e.rfind("[]", 0) == 0 ? "" : ".") + e, s.reload});
+    }
+    return out;
+  }();
+  return keys;
+}
+
+namespace {
+
+std::vector<std::string> split_key(const std::string& key) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    auto dot = key.find('.', start);
+    out.push_back(key.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) return out;
+    start = dot + 1;
+  }
+}
+
+}  // namespace
+
+bool key_matches(const std::string& pattern, const std::string& key) {
+  const auto p = split_key(pattern), k = split_key(key);
+  if (p.size() != k.size()) return false;
+  for (size_t i = 0; i < p.size(); ++i)
+    if (p[i] != "*" && p[i] != k[i]) return false;
+  return true;
+}
+
+reload_kind reload_of(const std::string& key) {
+  // The schema key that is `key` or holds it ("admission.tenants" holds
+  // "admission.tenants.alice.tokens_per_s"; "auth.api_keys" holds "auth.api_keys[1].key").
+  for (const auto& s : detail::schema()) {
+    if (key == s.key) return s.reload;
+    if (key.size() > s.key.size() && key.compare(0, s.key.size(), s.key) == 0 &&
+        (key[s.key.size()] == '.' || key[s.key.size()] == '['))
+      return s.reload;
+  }
+  return reload_kind::restart;
+}
+
+}  // namespace troupe::config

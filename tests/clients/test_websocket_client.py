@@ -1,0 +1,286 @@
+"""The WebSocket protocol of docs/protocol.md driven by the `websockets` package against
+`troupe serve` with the real model: generate, two requests multiplexed on one socket, cancel,
+resume after a reconnect, bad frames, an oversized message, and authentication by frame.
+
+The server runs without the response cache, so that every request here is really generated."""
+import asyncio
+import json
+
+import pytest
+import websockets
+from websockets.asyncio.client import connect
+
+from harness import FRAME_TIMEOUT_S, assert_consecutive, read_until_end, recv_json, running_server, token_text
+
+MAX_WS_MESSAGE = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_server("--no-cache", "--max-ws-message", str(MAX_WS_MESSAGE), "--resume-window", "120") as s:
+        yield s
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 3 * FRAME_TIMEOUT_S))
+
+
+def chat(content):
+    return [{"role": "user", "content": content}]
+
+
+def generate(rid, content, max_tokens, **extra):
+    return json.dumps({"type": "generate", "id": rid, "messages": chat(content), "max_tokens": max_tokens,
+                       "temperature": 0, **extra})
+
+
+async def isolated(url, content, max_tokens, **extra):
+    """The text of one request alone on its own socket (the greedy reference)."""
+    async with connect(url) as ws:
+        await ws.send(generate("ref", content, max_tokens, **extra))
+        tokens, done = await read_until_end(ws, "ref")
+        assert done["type"] == "done", done
+        return token_text(tokens, done)
+
+
+def test_generate_streams_indexed_tokens_then_done(server):
+    async def body():
+        async with connect(server.ws_url) as ws:
+            await ws.send(generate("g1", "Count from one to ten.", 12, ignore_eos=True))
+            tokens, done = await read_until_end(ws, "g1")
+            assert_consecutive(tokens)
+            assert len(tokens) == 12
+            assert done["type"] == "done"
+            assert done["finish_reason"] == "length"
+            assert done["cached"] is False
+            assert done["usage"]["completion_tokens"] == 12
+            assert done["usage"]["prompt_tokens"] > 0
+            t = done["timings"]
+            assert 0 <= t["ttft_ms"] <= t["total_ms"]
+            assert token_text(tokens, done).strip()
+            # An integer id comes back as a string; a prompt works as well as messages.
+            await ws.send(json.dumps({"type": "generate", "id": 7, "prompt": "Once upon a time", "max_tokens": 3}))
+            tokens, done = await read_until_end(ws, "7")
+            assert done["type"] == "done" and len(tokens) == done["usage"]["completion_tokens"] <= 3
+            # The id of an ended stream may be used again.
+            await ws.send(generate("g1", "Say yes.", 2))
+            _, done = await read_until_end(ws, "g1")
+            assert done["type"] == "done"
+    run(body())
+
+
+def test_two_requests_multiplexed_on_one_socket(server):
+    prompts = {"a": ("Describe the sea in one paragraph.", 40), "b": ("List some fruits.", 30)}
+
+    async def body():
+        refs = {rid: await isolated(server.ws_url, p, n, ignore_eos=True) for rid, (p, n) in prompts.items()}
+        async with connect(server.ws_url) as ws:
+            for rid, (p, n) in prompts.items():
+                await ws.send(generate(rid, p, n, ignore_eos=True))
+            order = []
+            tokens = {"a": [], "b": []}
+            final = {}
+            while len(final) < 2:
+                f = await recv_json(ws)
+                assert f["id"] in tokens, f
+                order.append((f["id"], f["type"]))
+                if f["type"] == "token":
+                    assert f["id"] not in final, "a token after its stream's done frame"
+                    tokens[f["id"]].append(f)
+                else:
+                    final[f["id"]] = f
+            for rid, (_, n) in prompts.items():
+                assert final[rid]["type"] == "done", final[rid]
+                assert final[rid]["finish_reason"] == "length"
+                assert_consecutive(tokens[rid])
+                assert len(tokens[rid]) == n
+                # Batched together, each answer is still the one it gets alone (greedy).
+                assert token_text(tokens[rid], final[rid]) == refs[rid], rid
+            # Both streams were live at once: b's first token came before a's done frame.
+            first_b = order.index(("b", "token"))
+            done_a = order.index(("a", "done"))
+            assert first_b < done_a, f"not interleaved: {order}"
+    run(body())
+
+
+def test_cancel_mid_stream(server):
+    async def body():
+        async with connect(server.ws_url) as ws:
+            await ws.send(generate("c1", "Write a long story about a lighthouse keeper.", 400, ignore_eos=True))
+            seen = []
+            while len(seen) < 3:
+                f = await recv_json(ws)
+                assert f["id"] == "c1" and f["type"] == "token", f
+                seen.append(f)
+            await ws.send(json.dumps({"type": "cancel", "id": "c1"}))
+            tokens, done = await read_until_end(ws, "c1", first=seen)
+            assert done["type"] == "done", done
+            assert done["finish_reason"] == "cancelled"
+            assert_consecutive(tokens)
+            assert len(tokens) < 400
+            assert done["usage"]["completion_tokens"] == len(tokens)
+            # Nothing follows the done frame, and the socket still serves.
+            await ws.send(json.dumps({"type": "ping"}))
+            assert await recv_json(ws) == {"type": "pong"}
+            # Cancelling an ended stream again is harmless: no second done frame.
+            await ws.send(json.dumps({"type": "cancel", "id": "c1"}))
+            await ws.send(json.dumps({"type": "ping"}))
+            f = await recv_json(ws)
+            assert f == {"type": "pong"} or f.get("type") == "error", f
+    run(body())
+
+
+@pytest.mark.parametrize("away_s", [0.5, 4.0])
+def test_resume_after_reconnect_loses_and_repeats_nothing(server, away_s):
+    """Reads some tokens, drops the socket, stays away while the stream goes on (or, for the long
+    pause, possibly ends), reconnects and resumes from the last index seen."""
+    rid = f"r-{away_s}"
+    n = 48
+    prompt = "Explain how bread is made, step by step."
+
+    async def body():
+        ref = await isolated(server.ws_url, prompt, n, ignore_eos=True)
+        ws = await connect(server.ws_url)
+        await ws.send(generate(rid, prompt, n, ignore_eos=True))
+        first = []
+        while len(first) < 5:
+            f = await recv_json(ws)
+            assert f["id"] == rid and f["type"] == "token", f
+            first.append(f)
+        ws.transport.abort()  # as a dropped network would: no close handshake
+        await asyncio.sleep(away_s)
+        async with connect(server.ws_url) as ws2:
+            last = first[-1]["index"]
+            await ws2.send(json.dumps({"type": "resume", "id": rid, "from_index": last}))
+            rest, done = await read_until_end(ws2, rid)
+            assert done["type"] == "done", done
+            assert done["finish_reason"] == "length"
+            assert_consecutive(first + rest)
+            assert len(first) + len(rest) == n == done["usage"]["completion_tokens"]
+            assert token_text(first + rest, done) == ref
+            # Resuming again from the start replays everything once more, then the final frame.
+            await ws2.send(json.dumps({"type": "resume", "id": rid, "from_index": -1}))
+            again, done2 = await read_until_end(ws2, rid)
+            assert [t["index"] for t in again] == list(range(n))
+            assert token_text(again, done2) == ref
+    run(body())
+
+
+def test_resume_unknown_id_is_an_error_frame(server):
+    async def body():
+        async with connect(server.ws_url) as ws:
+            await ws.send(json.dumps({"type": "resume", "id": "never-was", "from_index": 3}))
+            f = await recv_json(ws)
+            assert f["type"] == "error" and f["id"] == "never-was" and f["code"] == "unknown_id", f
+    run(body())
+
+
+def test_bad_frames_get_error_frames_and_the_connection_goes_on(server):
+    bad = [
+        ("{not json", None, "invalid_json"),
+        ("[1,2,3]", None, "invalid_json"),  # JSON, but not an object
+        (json.dumps({"type": "teleport", "id": "x1"}), "x1", "unknown_type"),
+        (json.dumps({"id": "x2"}), "x2", "unknown_type"),  # no type at all
+        (json.dumps({"type": "generate", "id": "x3", "prompt": 42}), "x3", "invalid_request"),
+        (json.dumps({"type": "generate", "id": "x4", "messages": "hello"}), "x4", "invalid_request"),
+        (json.dumps({"type": "generate", "id": "x5", "prompt": "a", "messages": chat("b")}), "x5",
+         "invalid_request"),
+        (json.dumps({"type": "generate", "id": "x6", "prompt": "a", "max_tokens": "many"}), "x6",
+         "invalid_request"),
+        (json.dumps({"type": "generate", "id": "x7", "prompt": "a", "temperature": -2}), "x7", "invalid_request"),
+        (json.dumps({"type": "generate", "prompt": "no id"}), None, "invalid_request"),
+        (json.dumps({"type": "cancel", "id": "nobody"}), "nobody", "unknown_id"),
+        (json.dumps({"type": "resume", "id": "live", "from_index": "x"}), "live", "invalid_request"),
+        (b"\x00\x01binary", None, "invalid_request"),  # a binary frame
+        ('{"type":"generate","id":"x8","prompt":"\\ud800"}', None, "invalid_json"),  # a lone surrogate
+    ]
+
+    async def body():
+        async with connect(server.ws_url) as ws:
+            # A stream runs on this socket while the bad frames arrive; it must not notice them.
+            await ws.send(generate("live", "Tell me about mountains.", 30, ignore_eos=True))
+            for frame, _, _ in bad:
+                await ws.send(frame)
+            await ws.send(generate("live", "duplicate while running", 4))
+            errors = []
+            tokens = []
+            done = None
+            expected_errors = len(bad) + 1
+            while done is None or len(errors) < expected_errors:
+                f = await recv_json(ws)
+                if f["type"] == "token" and f["id"] == "live":
+                    assert done is None
+                    tokens.append(f)
+                elif f["type"] == "done" and f["id"] == "live":
+                    done = f
+                else:
+                    assert f["type"] == "error", f
+                    assert f["message"], f
+                    errors.append(f)
+            got = [(frame, err["id"], err["code"]) for (frame, _, _), err in zip(bad, errors)]
+            assert got == bad, "\n".join(str(e) for e in errors)
+            assert errors[-1]["code"] == "duplicate_id" and errors[-1]["id"] == "live"
+            assert done["finish_reason"] == "length"
+            assert_consecutive(tokens)
+            assert len(tokens) == 30
+            await ws.send(json.dumps({"type": "ping"}))
+            assert await recv_json(ws) == {"type": "pong"}
+    run(body())
+
+
+@pytest.mark.parametrize("violation, close_code", [
+    ("oversized", 1009),     # over --max-ws-message: Beast fails the read, no error frame possible
+    ("invalid_utf8", 1007),  # a text frame that is not UTF-8 (RFC 6455 says: fail the connection)
+])
+def test_protocol_violations_close_only_that_socket(server, violation, close_code):
+    async def body():
+        async with connect(server.ws_url) as bystander:
+            await bystander.send(generate("by", "Describe a forest.", 24, ignore_eos=True))
+            async with connect(server.ws_url, max_size=None) as ws:
+                if violation == "oversized":
+                    await ws.send(json.dumps({"type": "generate", "id": "big",
+                                              "prompt": "x" * (MAX_WS_MESSAGE + 1000)}))
+                else:
+                    await ws.send(b'{"type":"generate","id":"u","prompt":"\xff\xfe"}', text=True)
+                with pytest.raises(websockets.ConnectionClosed) as e:
+                    while True:
+                        await recv_json(ws)
+                assert e.value.rcvd is not None and e.value.rcvd.code == close_code, e.value
+            tokens, done = await read_until_end(bystander, "by")
+            assert done["type"] == "done" and done["finish_reason"] == "length"
+            assert_consecutive(tokens)
+            assert len(tokens) == 24
+        # Just under the limit is fine.
+        async with connect(server.ws_url) as ws:
+            await ws.send(json.dumps({"type": "ping", "pad": "y" * (MAX_WS_MESSAGE - 100)}))
+            assert await recv_json(ws) == {"type": "pong"}
+    run(body())
+
+
+def test_auth_by_header_or_first_frame():
+    async def body(s):
+        # Header on the upgrade request.
+        async with connect(s.ws_url, additional_headers={"Authorization": "Bearer k1"}) as ws:
+            await ws.send(generate("h", "Hi", 2))
+            _, done = await read_until_end(ws, "h")
+            assert done["type"] == "done"
+        # A wrong key in the header is refused before the upgrade.
+        with pytest.raises(websockets.InvalidStatus) as e:
+            async with connect(s.ws_url, additional_headers={"Authorization": "Bearer nope"}):
+                pass
+        assert e.value.response.status_code == 401
+        # No header: generate is refused until an auth frame with a good key.
+        async with connect(s.ws_url) as ws:
+            await ws.send(generate("f", "Hi", 2))
+            f = await recv_json(ws)
+            assert f["type"] == "error" and f["code"] == "unauthorized", f
+            await ws.send(json.dumps({"type": "auth", "key": "wrong"}))
+            f = await recv_json(ws)
+            assert f["type"] == "error" and f["code"] == "unauthorized", f
+            await ws.send(json.dumps({"type": "auth", "key": "k1"}))
+            await ws.send(generate("f", "Hi", 2))
+            _, done = await read_until_end(ws, "f")
+            assert done["type"] == "done"
+
+    with running_server("--api-key", "k1") as s:
+        run(body(s))
