@@ -23,6 +23,7 @@ struct stream_core {
   bool ended = false;       // the last event is in the queue (or was handed over)
   uint64_t id = 0;
   event_handler handler;    // push mode
+  bool manual_ack = false;  // push mode: the consumer acknowledges (request_handle::ack)
   bridge_actor bridge;
   bool cancel_requested = false;  // before `bridge` was set
   streamer_actor streamer;
@@ -60,7 +61,7 @@ void deliver(bridge_ptr self, event e) {
   auto core = st.core;
   if (core->handler) {
     core->handler(e);
-    if (is_token && st.streamer) self->send(st.streamer, ack_atom::value, st.id, int32_t{1});
+    if (is_token && st.streamer && !core->manual_ack) self->send(st.streamer, ack_atom::value, st.id, int32_t{1});
     if (last) {
       std::lock_guard<std::mutex> lock(core->mu);
       core->ended = true;
@@ -210,6 +211,18 @@ void request_handle::cancel() const {
   if (b) caf::anon_send(b, cancel_atom::value);
 }
 
+void request_handle::ack(int32_t n) const {
+  if (!core_ || n <= 0) return;
+  streamer_actor s;
+  uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    s = core_->streamer;
+    id = core_->id;
+  }
+  if (s && id) caf::anon_send(s, ack_atom::value, id, n);
+}
+
 uint64_t request_handle::id() const {
   if (!core_) return 0;
   std::lock_guard<std::mutex> lock(core_->mu);
@@ -218,9 +231,10 @@ uint64_t request_handle::id() const {
 
 client::client(const pipeline& p, client_options o) : sys_(p.system()), cell_(p.cell()), opts_(o) {}
 
-std::shared_ptr<detail::stream_core> client::start(request_spec spec, event_handler on_event) {
+std::shared_ptr<detail::stream_core> client::start(request_spec spec, event_handler on_event, ack_mode acks) {
   auto core = std::make_shared<detail::stream_core>();
   core->handler = std::move(on_event);
+  core->manual_ack = core->handler && acks == ack_mode::manual;
   const auto l = cell_->get();
   auto streamer = caf::actor_cast<streamer_actor>(l.streamer);
   core->streamer = streamer;
@@ -236,10 +250,12 @@ std::shared_ptr<detail::stream_core> client::start(request_spec spec, event_hand
   return core;
 }
 
-std::unique_ptr<stream> client::submit(request_spec spec) { return std::make_unique<stream>(start(std::move(spec), {})); }
+std::unique_ptr<stream> client::submit(request_spec spec) {
+  return std::make_unique<stream>(start(std::move(spec), {}, ack_mode::on_handoff));
+}
 
-request_handle client::submit(request_spec spec, event_handler on_event) {
-  return request_handle(start(std::move(spec), std::move(on_event)));
+request_handle client::submit(request_spec spec, event_handler on_event, ack_mode acks) {
+  return request_handle(start(std::move(spec), std::move(on_event), acks));
 }
 
 }  // namespace troupe::actors

@@ -84,10 +84,17 @@ class request_handle {
   explicit request_handle(std::shared_ptr<detail::stream_core> core) : core_(std::move(core)) {}
   void cancel() const;
   uint64_t id() const;
+  // With ack_mode::manual: `n` more token events were consumed (e.g. written to the socket).
+  void ack(int32_t n = 1) const;
 
  private:
   std::shared_ptr<detail::stream_core> core_;
 };
+
+// Who acknowledges token events in push mode: the hand-off to the handler (auto), or the
+// consumer through request_handle::ack once it has really passed them on (manual), so that a
+// reader that falls behind pauses its sequence at the streamer instead of piling up events.
+enum class ack_mode { on_handoff, manual };
 
 struct client_options {
   int64_t submit_timeout_ms = 10000;  // admission must answer within this
@@ -100,10 +107,10 @@ class client {
   std::unique_ptr<stream> submit(request_spec spec);
   // `on_event` runs on an actor thread: keep it short (hand events on to your own thread or
   // strand). Each call acknowledges its event.
-  request_handle submit(request_spec spec, event_handler on_event);
+  request_handle submit(request_spec spec, event_handler on_event, ack_mode acks = ack_mode::on_handoff);
 
  private:
-  std::shared_ptr<detail::stream_core> start(request_spec spec, event_handler on_event);
+  std::shared_ptr<detail::stream_core> start(request_spec spec, event_handler on_event, ack_mode acks);
 
   caf::actor_system& sys_;
   std::shared_ptr<const links_cell> cell_;

@@ -15,6 +15,13 @@ using event = std::variant<actors::token_event, actors::done_event, actors::erro
 
 // Cancels the request it belongs to; safe to call from any thread, more than once, after the end.
 using cancel_fn = std::function<void()>;
+// Acknowledges n token events of a request submitted with manual acks (they were written out).
+using ack_fn = std::function<void(int32_t n)>;
+
+struct submission {
+  cancel_fn cancel;
+  ack_fn ack;  // no-op unless submitted with manual_ack
+};
 
 class inference {
  public:
@@ -25,7 +32,11 @@ class inference {
   virtual std::string model_name() const = 0;
   // `on_event` runs on a pipeline thread, in order: token events, then one done or error event.
   // It must not block. While not ready, it receives an error_event with code "loading" at once.
-  virtual cancel_fn submit(actors::request_spec spec, std::function<void(const event&)> on_event) = 0;
+  // With `manual_ack`, token events count as consumed only once ack() says so: a reader that
+  // falls behind has its sequence paused by the streamer (and ended as slow_consumer after the
+  // streamer's timeout) instead of piling up frames in the server.
+  virtual submission submit(actors::request_spec spec, std::function<void(const event&)> on_event,
+                            bool manual_ack = false) = 0;
   // Extra Prometheus lines about the pipeline (gauges), possibly cached; may be empty.
   virtual std::string pipeline_metrics() const { return {}; }
   // An admin action ("reload", "config"): answers an HTTP status and a JSON body through `done`,

@@ -9,6 +9,36 @@ void stream_record::set_cancel(cancel_fn c) {
   cancel_ = std::move(c);
 }
 
+void stream_record::set_ack(ack_fn a) {
+  int32_t early = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ack_ = std::move(a);
+    std::swap(early, early_acks_);
+  }
+  if (early > 0) ack(early);
+}
+
+void stream_record::ack(int32_t n) {
+  if (n <= 0) return;
+  ack_fn a;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    a = ack_;
+    if (!a) early_acks_ += n;
+  }
+  if (a) a(n);
+}
+
+void stream_record::written(uint64_t gen) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (gen != attach_gen_ || handed_ <= 0) return;  // acknowledged when its connection detached
+    --handed_;
+  }
+  ack(1);
+}
+
 void stream_record::cancel() {
   cancel_fn c;
   {
@@ -19,39 +49,67 @@ void stream_record::cancel() {
 }
 
 void stream_record::add_token(int32_t index, std::string frame) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (sink_) sink_(frame);
-  tokens_.emplace_back(index, std::move(frame));
-  while (tokens_.size() > keep_) tokens_.pop_front();
+  bool now = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sink_) {
+      ++handed_;
+      std::weak_ptr<stream_record> w = weak_from_this();
+      const uint64_t gen = attach_gen_;
+      sink_(frame, [w, gen] {
+        if (auto r = w.lock()) r->written(gen);
+      });
+    } else {
+      now = true;
+    }
+    tokens_.emplace_back(index, std::move(frame));
+    while (tokens_.size() > keep_) tokens_.pop_front();
+  }
+  if (now) ack(1);
 }
 
 void stream_record::finish(std::string frame, clock::time_point now, clock::duration window) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (sink_) sink_(frame);
+  if (sink_) sink_(frame, {});
   final_ = std::move(frame);
   expires_ = now + window;
   cancel_ = nullptr;
 }
 
 bool stream_record::attach(frame_sink sink, int64_t from_index, const void* tag) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!tokens_.empty() && tokens_.front().first > from_index + 1) return false;
-  if (tokens_.empty() && final_ && from_index + 1 < 0) return false;
-  for (const auto& [index, frame] : tokens_)
-    if (index > from_index) sink(frame);
-  if (final_) sink(*final_);
-  sink_ = std::move(sink);
-  tag_ = tag;
-  if (!final_) expires_.reset();
+  int32_t release = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!tokens_.empty() && tokens_.front().first > from_index + 1) return false;
+    if (tokens_.empty() && final_ && from_index + 1 < 0) return false;
+    // Replayed frames were acknowledged already (written, or recorded while away).
+    for (const auto& [index, frame] : tokens_)
+      if (index > from_index) sink(frame, {});
+    if (final_) sink(*final_, {});
+    release = handed_;  // another connection's unwritten frames: it lost them
+    handed_ = 0;
+    ++attach_gen_;
+    sink_ = std::move(sink);
+    tag_ = tag;
+    if (!final_) expires_.reset();
+  }
+  ack(release);
   return true;
 }
 
 void stream_record::detach(const void* tag, clock::time_point now, clock::duration window) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (tag_ != tag) return;
-  sink_ = nullptr;
-  tag_ = nullptr;
-  if (!final_) expires_ = now + window;
+  int32_t release = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (tag_ != tag) return;
+    sink_ = nullptr;
+    tag_ = nullptr;
+    release = handed_;
+    handed_ = 0;
+    ++attach_gen_;
+    if (!final_) expires_ = now + window;
+  }
+  ack(release);
 }
 
 bool stream_record::ended() const {

@@ -25,10 +25,15 @@
 
 namespace troupe::net {
 
-// Takes one encoded frame for a connection (posts it to that connection's strand).
-using frame_sink = std::function<void(std::string frame)>;
+// Takes one encoded frame for a connection (posts it to that connection's strand); `written`
+// (may be empty) is to be called once the frame is on the socket.
+using frame_sink = std::function<void(std::string frame, std::function<void()> written)>;
 
-class stream_record {
+// Flow control: a token frame counts as consumed (acknowledged to the pipeline) when the
+// attached connection has written it; without a connection (the client is away, within the
+// resumption window) it counts at once, since the record keeps it for a resume. A connection
+// that goes away with frames unwritten acknowledges them as it detaches.
+class stream_record : public std::enable_shared_from_this<stream_record> {
  public:
   using clock = std::chrono::steady_clock;
   stream_record(std::string owner, std::string id, size_t keep_tokens) :
@@ -38,6 +43,7 @@ class stream_record {
   const std::string& owner() const { return owner_; }
 
   void set_cancel(cancel_fn c);
+  void set_ack(ack_fn a);
   void cancel();
 
   // Records a token frame / the final frame and forwards it to the attached sink.
@@ -66,6 +72,12 @@ class stream_record {
   frame_sink sink_;
   const void* tag_ = nullptr;
   cancel_fn cancel_;
+  ack_fn ack_;
+  int32_t handed_ = 0;      // token frames given to the attached sink and not yet written
+  uint64_t attach_gen_ = 0; // bumped by attach/detach: late `written` calls of an old sink are ignored
+  int32_t early_acks_ = 0;  // acknowledged before set_ack (tokens can arrive first)
+  void written(uint64_t gen);
+  void ack(int32_t n);      // outside mu_
   std::optional<clock::time_point> expires_;
 };
 

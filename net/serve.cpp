@@ -35,15 +35,16 @@ class pipeline_inference : public inference {
   bool ready() const override { return ready_.load(); }
   std::string model_name() const override { return name_; }
 
-  cancel_fn submit(actors::request_spec spec, std::function<void(const event&)> on_event) override {
+  submission submit(actors::request_spec spec, std::function<void(const event&)> on_event, bool manual_ack) override {
     std::unique_lock<std::mutex> lock(mu_);
     if (!client_) {
       lock.unlock();
       on_event(actors::error_event{0, "loading", "the model is still loading; retry shortly", 5000});
-      return [] {};
+      return {[] {}, [](int32_t) {}};
     }
-    auto h = client_->submit(std::move(spec), [f = std::move(on_event)](const actors::event& e) { f(e); });
-    return [h] { h.cancel(); };
+    auto h = client_->submit(std::move(spec), [f = std::move(on_event)](const actors::event& e) { f(e); },
+                             manual_ack ? actors::ack_mode::manual : actors::ack_mode::on_handoff);
+    return {[h] { h.cancel(); }, [h](int32_t n) { h.ack(n); }};
   }
 
   std::string pipeline_metrics() const override {
@@ -105,6 +106,7 @@ class pipeline_inference : public inference {
     };
     gauge("troupe_waiting_sequences", "Sequences waiting to be scheduled.", st->waiting);
     gauge("troupe_running_sequences", "Sequences holding KV memory.", st->running);
+    gauge("troupe_paused_sequences", "Running sequences paused because their reader fell behind (flow control).", st->paused);
     gauge("troupe_kv_blocks_used", "KV blocks referenced by a sequence.", st->kv_blocks_used);
     gauge("troupe_kv_blocks_total", "KV blocks in the pool.", st->kv_blocks_total);
     g += "# HELP troupe_prefix_cache_hit_tokens_scheduler_total Prompt tokens reused from the prefix cache.\n"

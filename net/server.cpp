@@ -287,7 +287,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
         auto ex = s->stream_.get_executor();
         asio::post(ex, [s = std::move(s), e] { s->on_event(e); });
       }
-    });
+    }).cancel;
     watch_disconnect();  // also keeps this session alive while the request runs
   }
 

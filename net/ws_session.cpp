@@ -93,10 +93,12 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
 
   frame_sink make_sink() {
     std::weak_ptr<ws_session> w = weak_from_this();
-    return [w](std::string frame) {
+    return [w](std::string frame, std::function<void()> written) {
       if (auto s = w.lock()) {
         auto ex = s->ws_.get_executor();
-        asio::post(ex, [s = std::move(s), frame = std::move(frame)]() mutable { s->send(std::move(frame)); });
+        asio::post(ex, [s = std::move(s), frame = std::move(frame), written = std::move(written)]() mutable {
+          s->send(std::move(frame), std::move(written));
+        });
       }
     };
   }
@@ -134,7 +136,11 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
         rec->finish(error_frame(id, er.code, er.message), now, window);
       }
     };
-    rec->set_cancel(ctx_.inf.submit(std::move(f.spec), std::move(on_event)));
+    // Manual acks: a token counts as consumed once its frame is written (stream_record), so a
+    // reader that falls behind pauses its streams at the streamer.
+    auto sub = ctx_.inf.submit(std::move(f.spec), std::move(on_event), /*manual_ack=*/true);
+    rec->set_cancel(std::move(sub.cancel));
+    rec->set_ack(std::move(sub.ack));
   }
 
   void cancel(const client_frame& f) {
@@ -155,10 +161,10 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   }
 
   // ---- writing ------------------------------------------------------------------------------
-  void send(std::string frame) {
+  void send(std::string frame, std::function<void()> written = {}) {
     if (closed_) return;
     queued_bytes_ += frame.size();
-    queue_.push_back(std::move(frame));
+    queue_.push_back({std::move(frame), std::move(written)});
     if (queued_bytes_ > ctx_.opts.max_ws_queue_bytes && !slow_) {
       // The reader does not keep up: bounded memory wins. Its streams end; the frames already
       // queued still go out. (See docs/protocol.md, flow control.)
@@ -175,9 +181,10 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     }
     writing_ = true;
     ws_.text(true);
-    ws_.async_write(asio::buffer(queue_.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
+    ws_.async_write(asio::buffer(queue_.front().data), [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) return self->on_closed();
-      self->queued_bytes_ -= self->queue_.front().size();
+      self->queued_bytes_ -= self->queue_.front().data.size();
+      if (self->queue_.front().written) self->queue_.front().written();
       self->queue_.pop_front();
       self->write_next();
     });
@@ -201,7 +208,11 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   std::string tenant_;
   bool authed_ = true;
   std::map<std::string, std::shared_ptr<stream_record>> streams_;
-  std::deque<std::string> queue_;
+  struct out_frame {
+    std::string data;
+    std::function<void()> written;  // a token frame's acknowledgement
+  };
+  std::deque<out_frame> queue_;
   size_t queued_bytes_ = 0;
   bool writing_ = false;
   bool closed_ = false;

@@ -78,7 +78,7 @@
     const m = addMessage("assistant", "");
     m.el.dataset.state = "streaming";
     m.el.dataset.id = id;
-    current = { id, ...m, text: "", lastIndex: -1, userTurn, started: performance.now() };
+    current = { id, ...m, text: "", lastIndex: -1, userTurn };
     setBusy(true);
     const messages = [];
     if (ui.system.value.trim()) messages.push({ role: "system", content: ui.system.value.trim() });
@@ -208,7 +208,7 @@
       if (f.type === "pong") return;
       if (!current || f.id !== current.id) {
         // Not about the running answer: an auth problem or a frame the server could not read.
-        if (f.type === "error") setStatus("closed", f.code + ": " + f.message);
+        if (f.type === "error") setStatus("open", "connected — " + f.code + ": " + f.message);
         return;
       }
       if (f.type === "token") {

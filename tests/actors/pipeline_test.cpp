@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -698,4 +700,51 @@ TEST(pipeline, scheduler_swaps_under_load_keep_every_stream_exact) {
   EXPECT_NE(refused.error().find("fcfs"), std::string::npos) << refused.error();
   EXPECT_EQ(p->get_scheduler_stats()->policy, next.scheduler.policy);
   EXPECT_TRUE(c.submit(spec_of("after the swaps", 6))->wait(10s).ok());
+}
+
+// Push mode with manual acks (what the WebSocket server uses: a token counts once its frame is
+// written): without acks the stream stops at its buffer (paused at the scheduler, holding its
+// KV) instead of piling up events; acks let it go on to the end.
+TEST(pipeline, manual_acks_pause_a_push_stream_until_acknowledged) {
+  runtime rt;
+  fake_options fo;
+  auto cfg = small_config();
+  cfg.streamer.buffer_tokens = 4;
+  cfg.streamer.slow_consumer_timeout_ms = 5000;
+  auto p = start(rt, cfg, fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> tokens;
+  bool done = false;
+  auto h = c.submit(spec_of("ack me", 40),
+                    [&](const event& e) {
+                      std::lock_guard<std::mutex> lock(mu);
+                      if (auto* t = std::get_if<token_event>(&e)) tokens.push_back(t->token);
+                      else done = true;
+                      cv.notify_all();
+                    },
+                    ack_mode::manual);
+  std::this_thread::sleep_for(300ms);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(tokens.size(), 4u) << "the stream must stop at its 4 unacknowledged tokens";
+    EXPECT_FALSE(done);
+  }
+  auto st = p->get_scheduler_stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->paused, 1);
+  // Acknowledge as a writer would, a few at a time, until the end.
+  size_t acked = 0;
+  std::unique_lock<std::mutex> lock(mu);
+  while (!done) {
+    const size_t n = tokens.size() - acked;
+    acked = tokens.size();
+    lock.unlock();
+    h.ack(static_cast<int32_t>(n));
+    lock.lock();
+    ASSERT_TRUE(cv.wait_for(lock, 5s, [&] { return done || tokens.size() > acked; })) << "no progress after an ack";
+  }
+  EXPECT_EQ(tokens, fake_reference(fo, bytes("ack me"), 40));
 }

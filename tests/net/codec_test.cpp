@@ -185,13 +185,13 @@ TEST(resume_store, replays_after_index_then_goes_live_without_gaps_or_duplicates
   EXPECT_FALSE(store.create("", "r1")) << "a running id cannot be reused";
   std::vector<std::string> first, second;
   int tag1 = 0, tag2 = 0;
-  rec->attach([&](std::string f) { first.push_back(f); }, -1, &tag1);
+  rec->attach([&](std::string f, std::function<void()>) { first.push_back(f); }, -1, &tag1);
   rec->add_token(0, "t0");
   rec->add_token(1, "t1");
   const auto t = stream_record::clock::now();
   rec->detach(&tag1, t, std::chrono::milliseconds(1000));
   rec->add_token(2, "t2");  // produced while nobody is attached
-  ASSERT_TRUE(rec->attach([&](std::string f) { second.push_back(f); }, 0, &tag2));
+  ASSERT_TRUE(rec->attach([&](std::string f, std::function<void()>) { second.push_back(f); }, 0, &tag2));
   rec->add_token(3, "t3");
   rec->finish("done", t, std::chrono::milliseconds(1000));
   EXPECT_EQ(first, (std::vector<std::string>{"t0", "t1"}));
@@ -206,11 +206,11 @@ TEST(resume_store, expiry_cancels_orphaned_streams) {
   bool cancelled = false;
   rec->set_cancel([&] { cancelled = true; });
   int tag = 0;
-  rec->attach([](std::string) {}, -1, &tag);
+  rec->attach([](std::string, std::function<void()>) {}, -1, &tag);
   rec->add_token(0, "a");
   rec->add_token(1, "b");
   rec->add_token(2, "c");  // keeps 2: index 0 is gone
-  EXPECT_FALSE(rec->attach([](std::string) {}, -1, &tag)) << "token 0 was dropped from the window";
+  EXPECT_FALSE(rec->attach([](std::string, std::function<void()>) {}, -1, &tag)) << "token 0 was dropped from the window";
   const auto t = stream_record::clock::now();
   rec->detach(&tag, t, std::chrono::milliseconds(10));
   EXPECT_EQ(store.sweep(t + std::chrono::milliseconds(20)), 1u);
@@ -228,4 +228,40 @@ TEST(metrics, renders_prometheus_text) {
   EXPECT_NE(s.find("troupe_generated_tokens_total 3"), std::string::npos);
   EXPECT_NE(s.find("troupe_time_to_first_token_seconds_bucket{le=\"0.025\"} 1"), std::string::npos);
   EXPECT_NE(s.find("troupe_time_to_first_token_seconds_count 1"), std::string::npos);
+}
+
+// Flow control: a token counts as consumed when its connection wrote it; while nobody is
+// attached, at once; a connection that goes away releases what it had not written; acks that
+// come before the pipeline's ack function is known are kept for it.
+TEST(resume_store, tokens_are_acknowledged_when_written_or_released) {
+  resume_store store(std::chrono::milliseconds(1000), 100);
+  auto rec = store.create("", "f1");
+  std::vector<std::function<void()>> pending;
+  int tag = 0, tag2 = 0;
+  rec->attach([&](std::string, std::function<void()> w) { if (w) pending.push_back(std::move(w)); }, -1, &tag);
+  rec->add_token(0, "t0");  // before set_ack: remembered
+  int acked = 0;
+  rec->set_ack([&](int32_t n) { acked += n; });
+  rec->add_token(1, "t1");
+  rec->add_token(2, "t2");
+  EXPECT_EQ(acked, 0) << "nothing is written yet";
+  ASSERT_EQ(pending.size(), 3u);
+  pending[0]();
+  pending[1]();
+  EXPECT_EQ(acked, 2);
+  // The connection goes away with t2 unwritten: released on detach; its late callback is ignored.
+  const auto t = stream_record::clock::now();
+  rec->detach(&tag, t, std::chrono::milliseconds(1000));
+  EXPECT_EQ(acked, 3);
+  pending[2]();
+  EXPECT_EQ(acked, 3);
+  rec->add_token(3, "t3");  // nobody attached: acknowledged at once
+  EXPECT_EQ(acked, 4);
+  pending.clear();
+  ASSERT_TRUE(rec->attach([&](std::string, std::function<void()> w) { if (w) pending.push_back(std::move(w)); }, 1, &tag2));
+  EXPECT_TRUE(pending.empty()) << "replayed frames were acknowledged already";
+  rec->add_token(4, "t4");
+  ASSERT_EQ(pending.size(), 1u);
+  pending[0]();
+  EXPECT_EQ(acked, 5);
 }
