@@ -29,6 +29,7 @@ struct seq_view {
   int32_t generated = 0;       // tokens generated so far (known or in flight)
   int32_t max_tokens = 0;
   int32_t to_compute = 0;      // tokens whose KV must still be computed before the next sample
+  std::string tenant;          // admission's tenant ("default" when the request named none)
 };
 
 // The running batch, as admission of new sequences sees it.
@@ -54,6 +55,9 @@ struct step_feedback {
   int32_t n_waiting = 0;       // sequences queued after the step
   int32_t max_num_seqs = 0;    // the configured limit (scheduler_config::max_num_seqs)
   double kv_free = 1.0;        // fraction of KV blocks free or evictable after the step
+  // Tokens fed in the step per tenant (prompt chunks and decodes; padding not counted), for
+  // policies that share the engine between tenants.
+  std::map<std::string, int32_t> tenant_tokens;
 };
 
 class scheduling_policy {
@@ -78,6 +82,7 @@ class scheduling_policy {
   // Asked for each waiting `candidate` in order, once admits_new() said yes: whether it may join
   // a batch whose members (sequences holding KV, including those admitted earlier in this plan)
   // have prompts of `member_prompts` tokens. A refused candidate is skipped; later ones may join.
+  // The batch_view is the one admits_new() saw, from before this plan admitted anyone.
   virtual bool admits(const seq_view& /*candidate*/, const batch_view&, const std::vector<int32_t>& /*member_prompts*/,
                       int64_t /*now_us*/) const {
     return true;

@@ -23,8 +23,9 @@
 // another reason (long contexts, a busy machine, a memory-bound backend whose steps cost the
 // same for 1 or 32 sequences) and a smaller batch would only cost throughput. Cuts are made as
 // plain AIMD while there is no model, and when the model no longer predicts this window's
-// decode steps within the dead band (the backend changed). So a target the backend cannot meet
-// lowers the limit only as far as that buys latency, and never below min_num_seqs.
+// decode steps within the dead band (the backend changed: the model is then learnt anew). So a
+// target the backend cannot meet lowers the limit only as far as that buys latency, and never
+// below min_num_seqs.
 // Why it does not oscillate:
 //   - inside the dead band nothing changes, and one additive step moves the latency less than
 //     the band is wide (choose dead_band so that 2 * dead_band * target exceeds what one more
@@ -108,7 +109,15 @@ class adaptive final : public scheduling_policy {
       if (max_running_ > limit_) return;  // the last cut is not in force yet: the batch is still draining
       const auto proportional = static_cast<int32_t>(std::floor(std::max(1, max_running_) * o_.decrease));
       const int32_t cut = std::max(lowest, std::min(limit_ - 1, proportional));
-      if (kv_min_ >= o_.kv_low && !cut_helps(max_running_, cut)) return;
+      if (kv_min_ >= o_.kv_low && model_ && decode_steps_ > 0) {
+        const double seqs = decode_seqs_ / decode_steps_, seen = decode_us_ / decode_steps_;
+        if (std::abs(seen - model_->at(seqs)) <= std::max(0.1, o_.dead_band) * seen) {
+          if (model_->cautious_slope * (max_running_ - cut) < 0.05 * seen) return;  // the cut would not help
+        } else {
+          fit_ = line_fit{};  // the backend changed: learn it anew, from steps after this cut
+          model_.reset();
+        }
+      }
       limit_ = cut;
     } else if (fast && kv_min_ >= o_.kv_high && binding_) {
       limit_ = std::min(cap, limit_ + o_.increase);
@@ -143,16 +152,6 @@ class adaptive final : public scheduling_policy {
       return line{my - b * mx, b, b - 2 * std::sqrt(residual / (w * var_x))};
     }
   };
-
-  // Whether going from `from` to `to` sequences would shorten steps by 5% or more, by the model,
-  // if it still describes this window's decode steps.
-  bool cut_helps(int32_t from, int32_t to) const {
-    if (!model_ || decode_steps_ == 0) return true;
-    const double seqs = decode_seqs_ / decode_steps_, seen = decode_us_ / decode_steps_;
-    const double predicted = model_->at(seqs);
-    if (std::abs(seen - predicted) > std::max(0.1, o_.dead_band) * seen) return true;  // out of date
-    return model_->cautious_slope * (from - to) >= 0.05 * seen;
-  }
 
   adaptive_options o_;
   line_fit fit_;                                // of decode-only steps

@@ -46,6 +46,31 @@ std::shared_ptr<model::llama_model> load() {
   return m;
 }
 
+// Each request alone: one sequence at a time, no prefix caching, no response cache. Stops at the
+// first failure (the result is then shorter than `reqs`).
+std::vector<completion> run_alone(runtime& rt, const std::shared_ptr<model::llama_model>& m,
+                                  const std::vector<request_spec>& reqs) {
+  std::vector<completion> alone;
+  pipeline_config cfg;
+  cfg.scheduler.max_num_seqs = 1;
+  cfg.scheduler.prefix_caching = false;
+  cfg.cache.enabled = false;
+  model::backend_options bo;
+  bo.n_threads = 2;
+  bo.kv_bytes = 64ll << 20;
+  auto p = pipeline::start(rt.system(), cfg, m, bo);
+  EXPECT_TRUE(p.ok()) << p.error();
+  if (!p.ok()) return alone;
+  client c(**p);
+  for (const auto& r : reqs) {
+    auto out = c.submit(r)->wait(120s);
+    EXPECT_TRUE(out.ok()) << out.error.message;
+    if (!out.ok()) break;
+    alone.push_back(out);
+  }
+  return alone;
+}
+
 }  // namespace
 
 TEST(pipeline_real_model, concurrent_greedy_outputs_equal_running_alone) {
@@ -55,25 +80,8 @@ TEST(pipeline_real_model, concurrent_greedy_outputs_equal_running_alone) {
   runtime rt;
   const auto reqs = requests();
 
-  // Alone: one sequence at a time, no prefix caching, no response cache.
-  std::vector<completion> alone;
-  {
-    pipeline_config cfg;
-    cfg.scheduler.max_num_seqs = 1;
-    cfg.scheduler.prefix_caching = false;
-    cfg.cache.enabled = false;
-    model::backend_options bo;
-    bo.n_threads = 2;
-    bo.kv_bytes = 64ll << 20;
-    auto p = pipeline::start(rt.system(), cfg, m, bo);
-    ASSERT_TRUE(p.ok()) << p.error();
-    client c(**p);
-    for (const auto& r : reqs) {
-      auto out = c.submit(r)->wait(120s);
-      ASSERT_TRUE(out.ok()) << out.error.message;
-      alone.push_back(out);
-    }
-  }
+  const auto alone = run_alone(rt, m, reqs);
+  ASSERT_EQ(alone.size(), reqs.size());
 
   // Together: all at once, prefix caching on, KV memory for about 600 tokens.
   pipeline_config cfg;
@@ -133,24 +141,8 @@ TEST(pipeline_real_model, scheduler_swapped_every_second_under_64_streams) {
     s.max_tokens = n_tokens;
     distinct.push_back(s);
   }
-  std::vector<completion> alone;
-  {
-    pipeline_config cfg;
-    cfg.scheduler.max_num_seqs = 1;
-    cfg.scheduler.prefix_caching = false;
-    cfg.cache.enabled = false;
-    model::backend_options bo;
-    bo.n_threads = 2;
-    bo.kv_bytes = 64ll << 20;
-    auto p = pipeline::start(rt.system(), cfg, m, bo);
-    ASSERT_TRUE(p.ok()) << p.error();
-    client c(**p);
-    for (const auto& r : distinct) {
-      auto out = c.submit(r)->wait(120s);
-      ASSERT_TRUE(out.ok()) << out.error.message;
-      alone.push_back(out);
-    }
-  }
+  const auto alone = run_alone(rt, m, distinct);
+  ASSERT_EQ(alone.size(), distinct.size());
 
   pipeline_config cfg;
   cfg.scheduler.policy = "fcfs";

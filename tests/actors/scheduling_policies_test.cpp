@@ -289,7 +289,9 @@ TEST(adaptive_policy, lowers_the_limit_under_kv_pressure) {
     fake_options fo;
     fo.n_blocks = 96;
     fo.block_size = 8;  // 768 token slots; a request ends at 8 + 64..96 tokens (9..13 blocks)
-    sim s(fo, cfg(256, 32), pol, pol == "adaptive" ? policy_options{{{"target_itl_ms", 1000.0}, {"hold_ms", 100.0}}} : policy_options{});
+    const policy_options po = pol == "adaptive" ? policy_options{{{"target_itl_ms", 1000.0}, {"hold_ms", 100.0}}}
+                                                : policy_options{};
+    sim s(fo, cfg(256, 32), pol, po);
     s.latency = [](const step_plan&) { return 10 * ms; };
     std::mt19937 rng(11);
     *lowest = s.limit();

@@ -84,11 +84,11 @@ class ChatPage:
                 payload = json.loads(msg["params"]["response"]["payloadData"])
                 (self.sent if msg["method"].endswith("Sent") else self.received).append(payload)
 
-    def settings(self, max_tokens, temperature):
+    def settings(self, max_tokens, temperature, system=""):
         details = self.d.find_element(By.ID, "settings")
         if details.get_attribute("open") is None:
             details.find_element(By.TAG_NAME, "summary").click()
-        for el_id, value in (("max-tokens", max_tokens), ("temperature", temperature)):
+        for el_id, value in (("max-tokens", max_tokens), ("temperature", temperature), ("system", system)):
             el = self.d.find_element(By.ID, el_id)
             el.clear()
             el.send_keys(str(value))
@@ -137,7 +137,8 @@ class CuttableProxy:
             self.port = self.srv.sockets[0].getsockname()[1]
             ready.set()
 
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
         asyncio.run_coroutine_threadsafe(start(), self.loop)
         assert ready.wait(30)
 
@@ -165,8 +166,17 @@ class CuttableProxy:
         self.loop.call_soon_threadsafe(abort_all)
 
     def close(self):
-        self.loop.call_soon_threadsafe(self.srv.close)
+        async def shutdown():
+            self.srv.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(30)
+        self.loop.close()
 
 
 def generate_frames(page):
@@ -289,7 +299,8 @@ def test_dropped_connection_resumes_the_answer(server, driver):
     proxy = CuttableProxy(server.port)
     try:
         page = ChatPage(driver, f"http://127.0.0.1:{proxy.port}/")
-        page.settings(max_tokens=160, temperature=0)
+        # A system prompt of its own: no earlier answer in the cache can match this conversation.
+        page.settings(max_tokens=160, temperature=0, system="You tell stories.")
         i = page.ask("Write a long story about a lighthouse keeper and a storm.")
         page.wait(lambda: len(page.answer(i)[1]) > 0, "no text appeared")
         assert page.answer(i)[0] == "streaming", "the answer ended before the connection could be dropped"
