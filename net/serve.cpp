@@ -106,6 +106,7 @@ class pipeline_inference : public inference {
     };
     gauge("troupe_waiting_sequences", "Sequences waiting to be scheduled.", st->waiting);
     gauge("troupe_running_sequences", "Sequences holding KV memory.", st->running);
+    gauge("troupe_max_num_seqs", "Batch limit in force (the adaptive policy moves it).", st->max_num_seqs);
     gauge("troupe_paused_sequences", "Running sequences paused because their reader fell behind (flow control).", st->paused);
     gauge("troupe_kv_blocks_used", "KV blocks referenced by a sequence.", st->kv_blocks_used);
     gauge("troupe_kv_blocks_total", "KV blocks in the pool.", st->kv_blocks_total);
