@@ -3,6 +3,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -95,7 +96,10 @@ void pump(self_ptr self) {
   try_handover(self);
   if (st.sched && !st.tick_pending && !st.sched->empty()) {
     st.tick_pending = true;
-    self->delayed_send(self, detail::ms(st.opts.tick_ms), tick_atom::value);
+    // Work is queued but no step runs: the policy is holding it back (a batching window), so
+    // look again soon rather than at the next deadline check.
+    const int64_t idle_ms = std::min<int64_t>(st.opts.tick_ms, 5);
+    self->delayed_send(self, detail::ms(st.sched->steps_in_flight() == 0 ? idle_ms : st.opts.tick_ms), tick_atom::value);
   }
 }
 
