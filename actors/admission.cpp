@@ -2,6 +2,8 @@
 
 #include <caf/all.hpp>
 
+#include <spdlog/spdlog.h>
+
 #include "actors/cache.hpp"
 #include "actors/detail/successor_link.hpp"
 #include "actors/streamer.hpp"
@@ -41,10 +43,13 @@ admission_actor::behavior_type admission_behavior(self_ptr self) {
         self->send(caf::actor_cast<cache_actor>(st.links.cache), lookup_atom::value, std::move(d.request));
         return submit_reply{id, {}};
       },
-      [=](closed_atom, uint64_t id) {
+      [=](closed_atom, uint64_t id, int32_t completion_tokens, const std::string& finish_reason) {
         auto& st = self->state;
-        if (!st.adm) return st.next.pass([self, id](admission_actor& h) { self->send(h, closed_atom::value, id); });
-        st.adm->on_closed(id, now_us());
+        if (!st.adm)
+          return st.next.pass([self, id, completion_tokens, finish_reason](admission_actor& h) {
+            self->send(h, closed_atom::value, id, completion_tokens, finish_reason);
+          });
+        st.adm->on_closed(id, now_us(), completion_tokens, finish_reason);
       },
       [=](stats_atom) -> caf::result<admission_stats> {
         auto& st = self->state;
@@ -70,7 +75,12 @@ admission_actor::behavior_type admission_fn(self_ptr self, admission_config cfg,
 
 admission_actor::behavior_type successor_fn(self_ptr self, admission_config cfg, admission_handover from) {
   self->state.adm = std::move(from.adm);
-  self->state.adm->reconfigure(std::move(cfg));
+  // The supervisor made the new policy once before the swap, so this rarely fails; when it does,
+  // the running policy stays and says so.
+  const std::string wanted = cfg.policy;
+  if (auto s = self->state.adm->reconfigure(std::move(cfg)); !s)
+    spdlog::error("troupe: admission keeps policy '{}' (not '{}'): {}", self->state.adm->config().policy, wanted,
+                  s.error());
   return admission_behavior(self);
 }
 

@@ -2,7 +2,7 @@
 // The admission actor: the pipeline's front door. It answers a submission at once, with the
 // request's id or with the reason it was refused (and when to retry), then opens the stream at
 // the streamer and passes the request to the cache. Closed streams come back from the
-// streamer, for the queue cap.
+// streamer, for the queue cap and the admission policy (with the tokens they generated).
 #include <cstdint>
 
 #include <memory>
@@ -47,7 +47,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::actors::admission_handover)
 namespace troupe::actors {
 
 using admission_actor = caf::typed_actor<caf::replies_to<submit_atom, request_spec, event_sink>::with<submit_reply>,
-                                         caf::reacts_to<closed_atom, uint64_t>,
+                                         // id, completion tokens, finish reason ("" : failed)
+                                         caf::reacts_to<closed_atom, uint64_t, int32_t, std::string>,
                                          caf::replies_to<stats_atom>::with<admission_stats>,
                                          caf::reacts_to<links_atom, pipeline_links>,
                                          caf::replies_to<handover_atom>::with<admission_handover>,

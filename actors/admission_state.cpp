@@ -7,8 +7,34 @@
 
 namespace troupe::actors {
 
-admission_state::admission_state(admission_config cfg, std::shared_ptr<const text_codec> codec)
-    : cfg_(std::move(cfg)), codec_(std::move(codec)) {}
+admission_state::admission_state(admission_config cfg, std::shared_ptr<const text_codec> codec,
+                                 std::unique_ptr<admission_policy> policy)
+    : cfg_(std::move(cfg)), codec_(std::move(codec)), policy_(std::move(policy)) {
+  if (policy_) return;
+  auto p = make_admission_policy(cfg_);
+  if (p) policy_ = std::move(p.value());
+  else policy_error_ = p.error();
+}
+
+status admission_state::reconfigure(admission_config cfg) {
+  status out;
+  if (!policy_ || cfg.policy != cfg_.policy || cfg.policy_options != cfg_.policy_options) {
+    auto p = make_admission_policy(cfg);
+    if (p) {
+      policy_ = std::move(p.value());
+      policy_error_.clear();
+      cfg_ = std::move(cfg);
+      return {};
+    }
+    out = make_error(p.error());
+    cfg.policy = cfg_.policy;  // the running policy stays, with the new limits
+    cfg.policy_options = cfg_.policy_options;
+  }
+  if (policy_ && !policy_->reconfigure(cfg))
+    if (auto p = make_admission_policy(cfg)) policy_ = std::move(p.value());
+  cfg_ = std::move(cfg);
+  return out;
+}
 
 admission_decision admission_state::reject(const std::string& code, std::string message, int64_t retry_after_ms) {
   ++st_.rejected;
@@ -17,27 +43,6 @@ admission_decision admission_state::reject(const std::string& code, std::string 
   d.error.message = std::move(message);
   d.error.retry_after_ms = retry_after_ms;
   return d;
-}
-
-const tenant_limits& admission_state::limits_of(const std::string& tenant) const {
-  auto it = cfg_.tenants.find(tenant);
-  return it == cfg_.tenants.end() ? cfg_.default_tenant : it->second;
-}
-
-int64_t admission_state::take(bucket& b, double rate, double burst, double cost, int64_t now_us) {
-  if (rate <= 0) return 0;
-  if (!b.primed) {
-    b.level = burst;
-    b.updated_us = now_us;
-    b.primed = true;
-  }
-  b.level = std::min(burst, b.level + rate * static_cast<double>(now_us - b.updated_us) * 1e-6);
-  b.updated_us = now_us;
-  if (b.level >= cost) {
-    b.level -= cost;
-    return 0;
-  }
-  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil((cost - b.level) / rate * 1000.0)));
 }
 
 admission_decision admission_state::admit(const request_spec& spec, int64_t now_us) {
@@ -91,30 +96,23 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
                   retry);
   }
   const std::string tenant_name = spec.tenant.empty() ? "default" : spec.tenant;
-  const auto& lim = limits_of(tenant_name);
-  auto& t = tenants_[tenant_name];
-  const double cost = static_cast<double>(n_prompt) + max_tokens;
-  if (lim.tokens_per_s > 0) {
-    const double burst = lim.token_burst > 0 ? lim.token_burst : std::max(lim.tokens_per_s, cost);
-    if (cost > burst)
-      return reject(errc::rate_limited, "the request (" + std::to_string(static_cast<int64_t>(cost)) +
-                                            " tokens with max_tokens) exceeds tenant '" + tenant_name + "''s burst of " +
-                                            std::to_string(static_cast<int64_t>(burst)) + " tokens");
+  if (!policy_) return reject(errc::internal, "admission has no usable policy: " + policy_error_);
+  admission_ask ask;
+  ask.id = next_id_;
+  ask.tenant = tenant_name;
+  ask.prompt_tokens = n_prompt;
+  ask.max_tokens = max_tokens;
+  ask.cost = static_cast<double>(n_prompt) + max_tokens;
+  ask.priority = spec.priority;
+  ask.pending = static_cast<int32_t>(pending_.size());
+  ask.now_us = now_us;
+  auto verdict = policy_->admit(ask);
+  if (!verdict.ok) {
+    // A refusal with a time to retry is a limit that refills; one without can never pass.
+    if (verdict.code == errc::rate_limited && verdict.retry_after_ms > 0) ++st_.rate_limited;
+    return reject(verdict.code.empty() ? std::string(errc::rate_limited) : verdict.code, std::move(verdict.message),
+                  verdict.retry_after_ms);
   }
-  // Check both buckets before taking from either.
-  bucket req_probe = t.requests, tok_probe = t.tokens;
-  const double req_burst = lim.request_burst > 0 ? lim.request_burst : std::max(1.0, lim.requests_per_s);
-  const double tok_burst = lim.token_burst > 0 ? lim.token_burst : std::max(lim.tokens_per_s, cost);
-  const int64_t wait_req = take(req_probe, lim.requests_per_s, req_burst, 1.0, now_us);
-  const int64_t wait_tok = take(tok_probe, lim.tokens_per_s, tok_burst, cost, now_us);
-  if (wait_req > 0 || wait_tok > 0) {
-    ++st_.rate_limited;
-    return reject(errc::rate_limited, "tenant '" + tenant_name + "' is over its " +
-                                          (wait_req > 0 ? "request" : "token") + " rate; retry later",
-                  std::max(wait_req, wait_tok));
-  }
-  t.requests = req_probe;
-  t.tokens = tok_probe;
 
   admission_decision d;
   d.ok = true;
@@ -143,13 +141,29 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
   d.open.arrival_us = now_us;
   d.open.prompt_tokens = n_prompt;
   d.open.stop = spec.stop;
-  pending_[r.id] = now_us;
+  d.open.tenant = tenant_name;
+  pending_[r.id] = admitted{now_us, tenant_name, n_prompt, max_tokens};
   ++st_.admitted;
   return d;
 }
 
-void admission_state::on_closed(uint64_t id, int64_t now_us) {
-  if (!pending_.erase(id)) return;
+void admission_state::on_closed(uint64_t id, int64_t now_us, int32_t completion_tokens,
+                                const std::string& finish_reason) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  if (policy_) {
+    admission_usage u;
+    u.id = id;
+    u.tenant = std::move(it->second.tenant);
+    u.prompt_tokens = it->second.prompt_tokens;
+    u.completion_tokens = completion_tokens;
+    u.max_tokens = it->second.max_tokens;
+    u.finish_reason = finish_reason;
+    u.admitted_us = it->second.at_us;
+    u.now_us = now_us;
+    policy_->on_closed(u);
+  }
+  pending_.erase(it);
   if (last_completion_us_ > 0) {
     const double dt = static_cast<double>(now_us - last_completion_us_) / 1000.0;
     completion_interval_ms_ = completion_interval_ms_ > 0 ? 0.9 * completion_interval_ms_ + 0.1 * dt : dt;

@@ -72,7 +72,7 @@ void exact_cache::on_closed(const closed_stream& c) {
   if (it == pending_.end()) return;
   std::string key = std::move(it->second);
   pending_.erase(it);
-  if (c.cached || (c.finish_reason != finish::stop && c.finish_reason != finish::length)) return;
+  if (c.cached || c.filtered || (c.finish_reason != finish::stop && c.finish_reason != finish::length)) return;
   put(key, cache_entry{c.tokens, c.logprobs, c.finish_reason});
 }
 

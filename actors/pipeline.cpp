@@ -56,8 +56,9 @@ bool same_admission(const admission_config& a, const admission_config& b) {
     auto it = b.tenants.find(name);
     if (it == b.tenants.end() || !same_limits(l, it->second)) return false;
   }
-  return a.max_tokens_cap == b.max_tokens_cap && a.default_max_tokens == b.default_max_tokens &&
-         a.max_pending == b.max_pending && a.max_stop_strings == b.max_stop_strings &&
+  return a.policy == b.policy && a.policy_options == b.policy_options && a.max_tokens_cap == b.max_tokens_cap &&
+         a.default_max_tokens == b.default_max_tokens && a.max_pending == b.max_pending &&
+         a.max_stop_strings == b.max_stop_strings &&
          a.default_deadline_ms == b.default_deadline_ms && same_limits(a.default_tenant, b.default_tenant);
 }
 
@@ -82,6 +83,12 @@ std::string describe_cache(const response_cache_config& c) {
   std::snprintf(buf, sizeof buf, " (threshold %.3f, ttl %lld s)", static_cast<double>(c.semantic.threshold),
                 static_cast<long long>(c.semantic.ttl_s));
   return c.policy + buf;
+}
+
+std::string describe_filters(const std::vector<filter_spec>& f) {
+  std::string s;
+  for (const auto& x : f) s += (s.empty() ? "" : ", ") + x.name;
+  return s.empty() ? std::string("none") : s;
 }
 
 std::string describe_scheduler(const scheduler_config& c) {
@@ -250,14 +257,16 @@ void swap_admission(self_ptr self, const pipeline_config& next, std::vector<std:
       .then(
           [self, old, next, done, k](admission_handover& h) mutable {
             auto& s = self->state;
+            const std::string before = s.cfg.admission.policy;
             s.cfg.admission = next.admission;
             auto succ = spawn_admission(self->system(), admission_cfg(s), std::move(h));
             s.links.admission = adopt(self, succ);
             wire(self);
             self->send(old, forward_atom::value, caf::actor_cast<caf::actor>(succ));
             retire(self, caf::actor_cast<caf::actor>(old));
-            spdlog::info("troupe: admission swapped: new limits (max_pending {}, max_tokens_cap {}, {} tenants)",
-                         s.cfg.admission.max_pending, s.cfg.admission.max_tokens_cap, s.cfg.admission.tenants.size());
+            spdlog::info("troupe: admission swapped: policy {} -> {} (max_pending {}, max_tokens_cap {}, {} tenants)",
+                         before, s.cfg.admission.policy, s.cfg.admission.max_pending, s.cfg.admission.max_tokens_cap,
+                         s.cfg.admission.tenants.size());
             done.push_back("admission");
             k(std::move(done), {});
           },
@@ -289,6 +298,41 @@ void swap_cache(self_ptr self, const pipeline_config& next, std::vector<std::str
           [done, k](caf::error& e) mutable {
             k(std::move(done), "the cache did not hand over: " + detail::describe(e));
           });
+}
+
+// Output filters change in place: the streamer keeps its open streams (and their filters) and
+// gives streams opened afterwards the new chain, so nothing needs handing over.
+void swap_filters(self_ptr self, const pipeline_config& next, std::shared_ptr<const filter_chain_maker> chain,
+                  std::vector<std::string> done, stage_done k) {
+  auto& s = self->state;
+  if (s.cfg.streamer.filters == next.streamer.filters || !s.links.streamer) return k(std::move(done), {});
+  auto streamer = caf::actor_cast<streamer_actor>(s.links.streamer);
+  self->request(streamer, std::chrono::seconds(10), filters_atom::value, filter_update{std::move(chain), next.streamer.filters})
+      .then(
+          [self, next, done, k](bool) mutable {
+            auto& s = self->state;
+            const std::string before = describe_filters(s.cfg.streamer.filters);
+            s.cfg.streamer.filters = next.streamer.filters;
+            spdlog::info("troupe: output filters swapped: {} -> {} (for streams opened from now on)", before,
+                         describe_filters(s.cfg.streamer.filters));
+            done.push_back("streamer");
+            k(std::move(done), {});
+          },
+          [done, k](caf::error& e) mutable {
+            k(std::move(done), "the streamer did not take the new filters: " + detail::describe(e));
+          });
+}
+
+// What can be checked of a config before anything is spawned or swapped: names in their
+// registries, and each part's options (its factory runs once).
+status check_parts(const pipeline_config& c) {
+  if (auto p = policy_registry::global().make(c.scheduler.policy, c.scheduler.policy_opts); !p)
+    return make_error(p.error());
+  if (c.cache.enabled)
+    if (auto r = response_cache_registry().find(c.cache.policy); !r) return make_error(r.error());
+  if (auto a = make_admission_policy(c.admission); !a) return make_error(a.error());
+  if (auto f = filter_chain_maker::make(c.streamer.filters); !f) return make_error(f.error());
+  return {};
 }
 
 caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker make,
@@ -361,11 +405,9 @@ caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker ma
         auto& s = self->state;
         if (s.stopping) return caf::make_error(caf::sec::runtime_error, "the pipeline is stopping");
         if (s.reconfiguring) return caf::make_error(caf::sec::runtime_error, "another reconfiguration is under way");
-        if (auto pol = policy_registry::global().make(next.scheduler.policy, next.scheduler.policy_opts); !pol)
-          return caf::make_error(caf::sec::runtime_error, pol.error());
-        if (next.cache.enabled)
-          if (auto c = response_cache_registry().find(next.cache.policy); !c)
-            return caf::make_error(caf::sec::runtime_error, c.error());
+        if (auto ok = check_parts(next); !ok) return caf::make_error(caf::sec::runtime_error, ok.error());
+        auto chain = filter_chain_maker::make(next.streamer.filters);
+        if (!chain) return caf::make_error(caf::sec::runtime_error, chain.error());
         auto rp = self->make_response_promise<std::vector<std::string>>();
         s.reconfiguring = true;
         auto finish = [self, rp](std::vector<std::string> done, std::string err) mutable {
@@ -373,7 +415,12 @@ caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker ma
           if (err.empty()) rp.deliver(std::move(done));
           else rp.deliver(caf::make_error(caf::sec::runtime_error, std::move(err)));
         };
-        swap_scheduler(self, next, {}, [self, next, finish](std::vector<std::string> done, std::string err) mutable {
+        auto filters_then_finish = [self, next, chain = std::move(chain.value()), finish](std::vector<std::string> done,
+                                                                                          std::string err) mutable {
+          if (!err.empty()) return finish(std::move(done), std::move(err));
+          swap_filters(self, next, std::move(chain), std::move(done), finish);
+        };
+        swap_scheduler(self, next, {}, [self, next, finish = std::move(filters_then_finish)](std::vector<std::string> done, std::string err) mutable {
           if (!err.empty()) return finish(std::move(done), std::move(err));
           swap_admission(self, next, std::move(done), [self, next, finish](std::vector<std::string> done, std::string err) mutable {
             if (!err.empty()) return finish(std::move(done), std::move(err));
@@ -409,10 +456,7 @@ result<std::unique_ptr<pipeline>> pipeline::start(caf::actor_system& sys, pipeli
                                                   std::shared_ptr<const text_codec> codec) {
   if (!codec) return make_error("the pipeline needs a text codec");
   // Check what can be checked before anything runs.
-  if (auto p = policy_registry::global().make(cfg.scheduler.policy, cfg.scheduler.policy_opts); !p)
-    return make_error(p.error());
-  if (cfg.cache.enabled)
-    if (auto c = response_cache_registry().find(cfg.cache.policy); !c) return make_error(c.error());
+  if (auto ok = check_parts(cfg); !ok) return make_error(ok.error());
   std::unique_ptr<pipeline> p(new pipeline(sys, cfg, codec));
   p->supervisor_ = sys.spawn(supervisor_fn, cfg, std::move(make), codec, p->cell_);
   caf::scoped_actor self{sys};
@@ -472,6 +516,7 @@ result<std::vector<std::string>> pipeline::reconfigure(const pipeline_config& ne
     cfg_.scheduler = next.scheduler;
     cfg_.admission = next.admission;
     cfg_.cache = next.cache;
+    cfg_.streamer.filters = next.streamer.filters;
   }
   return out;
 }

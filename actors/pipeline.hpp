@@ -82,9 +82,13 @@ class pipeline {
 
   // Hot reload: the actors whose settings differ in `next` are replaced while serving, their
   // state moving to the new actor (the scheduler's queues, sequences and block tables: no
-  // stream loses or repeats a token). Answers the names of the actors replaced, or why nothing
-  // was (an unknown policy name, a reconfiguration already under way); on an error the running
-  // configuration stays. Keys that need a restart (model, KV memory, prefix caching) are not
+  // stream loses or repeats a token; admission's requests in flight and its policy, which keeps
+  // its state unless the policy or its options changed). Output filters change in place: the
+  // streamer keeps running, streams opened afterwards get the new filters and running streams
+  // keep theirs ("streamer" in the answer). Answers the names of the actors replaced or
+  // reconfigured, or why nothing was (an unknown name, options a part refuses, a
+  // reconfiguration already under way); on an error the running configuration stays. Keys that
+  // need a restart (model, KV memory, prefix caching, the streamer's flow control) are not
   // looked at here. Blocks until done: a scheduler hands over between two steps.
   result<std::vector<std::string>> reconfigure(const pipeline_config& next,
                                                std::chrono::milliseconds timeout = std::chrono::seconds(30));

@@ -48,6 +48,7 @@ inline constexpr const char* length = "length";               // max_tokens reac
 inline constexpr const char* cancelled = "cancelled";         // the client cancelled or went away
 inline constexpr const char* deadline = "deadline";           // the request's deadline passed while running
 inline constexpr const char* slow_consumer = "slow_consumer"; // the consumer did not keep up in time
+inline constexpr const char* filtered = "filtered";           // an output filter ended the stream (its default)
 }  // namespace finish
 
 // Why a request failed (error_event::code).

@@ -86,6 +86,7 @@ seq_view scheduler_state::view(const seq& s) const {
   v.generated = s.generated + s.pending_samples;
   v.max_tokens = s.req.max_tokens;
   v.to_compute = std::max(0, virtual_len(s) - s.n_scheduled);
+  v.tenant = s.req.tenant;
   return v;
 }
 
@@ -353,6 +354,7 @@ void scheduler_state::apply(const step_result& r, int64_t now_us) {
     return;
   }
   size_t k = 0;
+  std::map<std::string, int32_t> tenant_fed;
   for (const auto& e : rec.entries) {
     const sampled_token* t = nullptr;
     if (e.sample) {
@@ -362,6 +364,7 @@ void scheduler_state::apply(const step_result& r, int64_t now_us) {
     auto it = seqs_.find(e.id);
     if (it == seqs_.end()) continue;  // dropped or finished meanwhile
     auto& s = it->second;
+    if (!e.pad) tenant_fed[s.req.tenant] += e.n_fed;
     const bool kv_current = s.has_kv && e.kv_epoch == s.kv_epoch;
     if (kv_current) s.n_computed += e.n_fed;
     if (e.sample && e.pad) {
@@ -380,11 +383,13 @@ void scheduler_state::apply(const step_result& r, int64_t now_us) {
     if (kv_current && !e.pad && !seqs_.at(e.id).pad) kv_.commit(e.id, s.tokens, s.n_computed);
   }
   release_pads_if_batch_done();
-  feed_back(rec, r, now_us - started_us, now_us);
+  feed_back(rec, r, now_us - started_us, now_us, std::move(tenant_fed));
 }
 
-void scheduler_state::feed_back(const inflight_step& rec, const step_result& r, int64_t latency_us, int64_t now_us) {
+void scheduler_state::feed_back(const inflight_step& rec, const step_result& r, int64_t latency_us, int64_t now_us,
+                                std::map<std::string, int32_t> tenant_tokens) {
   step_feedback f;
+  f.tenant_tokens = std::move(tenant_tokens);
   f.now_us = now_us;
   f.latency_us = std::max<int64_t>(0, latency_us);
   f.forward_us = r.forward_us;

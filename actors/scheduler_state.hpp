@@ -190,7 +190,8 @@ class scheduler_state {
     return std::clamp(policy_->max_num_seqs(cfg_.max_num_seqs), 1, std::max(1, cfg_.max_num_seqs));
   }
   // Tells the policy how the answered step `rec` went (scheduling_policy::on_step).
-  void feed_back(const inflight_step& rec, const step_result& r, int64_t latency_us, int64_t now_us);
+  void feed_back(const inflight_step& rec, const step_result& r, int64_t latency_us, int64_t now_us,
+                 std::map<std::string, int32_t> tenant_tokens);
   int32_t blocks_for(int64_t n_tokens) const {
     return static_cast<int32_t>((n_tokens + geo_.block_size - 1) / geo_.block_size);
   }

@@ -56,7 +56,7 @@ void apply(self_ptr self) {
       }
       st.sinks.erase(it);
     }
-    if (adm) self->send(adm, closed_atom::value, c.id);
+    if (adm) self->send(adm, closed_atom::value, c.id, static_cast<int32_t>(c.tokens.size()), c.finish_reason);
     if (cache) self->send(cache, closed_atom::value, std::move(c));
   }
   const auto timeout = detail::ms(st.streams->config().slow_consumer_timeout_ms);
@@ -81,6 +81,7 @@ streamer_actor::behavior_type streamer_fn(self_ptr self, streamer_config cfg, st
         if (set.empty()) self->monitor(sink);
         set.insert(o.id);
         st.sinks[o.id] = std::move(sink);
+        apply(self);  // a stream whose filters did not build fails at once
       },
       [=](output_atom, const step_output& o) {
         self->state.streams->on_output(o, now_us());
@@ -110,6 +111,10 @@ streamer_actor::behavior_type streamer_fn(self_ptr self, streamer_config cfg, st
         apply(self);
       },
       [=](stats_atom) { return self->state.streams->stats(); },
+      [=](filters_atom, filter_update& u) {
+        self->state.streams->set_filters(std::move(u.chain), std::move(u.specs));
+        return true;
+      },
       [=](links_atom, pipeline_links& l) { self->state.links = std::move(l); },
   };
 }

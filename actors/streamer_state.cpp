@@ -5,7 +5,17 @@
 namespace troupe::actors {
 
 streamer_state::streamer_state(streamer_config cfg, std::shared_ptr<const text_codec> codec)
-    : cfg_(cfg), codec_(std::move(codec)) {}
+    : cfg_(std::move(cfg)), codec_(std::move(codec)) {
+  auto chain = filter_chain_maker::make(cfg_.filters);
+  if (chain) filters_ = std::move(chain.value());
+  else filters_error_ = chain.error();
+}
+
+void streamer_state::set_filters(std::shared_ptr<const filter_chain_maker> chain, std::vector<filter_spec> specs) {
+  filters_ = std::move(chain);
+  filters_error_ = filters_ ? std::string() : std::string("no output filters were given");
+  cfg_.filters = std::move(specs);
+}
 
 void streamer_state::open(const stream_open& o) {
   if (streams_.count(o.id)) return;
@@ -13,7 +23,13 @@ void streamer_state::open(const stream_open& o) {
   s.info = o;
   s.dec = codec_->decoder();
   s.stops = model::stop_matcher(o.stop);
+  if (filters_) s.filters = filters_->make_chain(filter_context{o.id, o.tenant, o.prompt_tokens});
   streams_.emplace(o.id, std::move(s));
+  // Filters that did not build would let text out unfiltered: such a stream fails instead.
+  if (!filters_) {
+    fx_.drop.push_back(o.id);
+    fail(o.id, errc::internal, "the output filters are not usable: " + filters_error_);
+  }
 }
 
 void streamer_state::token(stream& s, const token_out& t, int64_t now_us) {
@@ -25,11 +41,20 @@ void streamer_state::token(stream& s, const token_out& t, int64_t now_us) {
   ev.text = s.stops.push(s.dec->push(t.token));
   ev.logprob = t.logprob;
   ev.top = t.top;
+  filter_decision filtered;
+  if (!s.filters.empty()) filtered = run_filters(s.filters, ev.text, false);
   s.tokens.push_back(t.token);
   s.logprobs.push_back(t.logprob);
   if (s.first_token_us == 0) s.first_token_us = now_us;
   s.pending.emplace_back(std::move(ev));
   ++s.pending_tokens;
+  if (filtered.end) {
+    s.filter_ended = true;
+    s.filters.clear();
+    if (!s.from_cache) fx_.drop.push_back(s.info.id);
+    end(s, filtered.finish_reason, {}, 0, 0, now_us);
+    return;
+  }
   if (s.stops.stopped()) {
     // The stop string is found: the scheduler can forget the sequence now.
     if (!s.from_cache) fx_.drop.push_back(s.info.id);
@@ -45,7 +70,16 @@ void streamer_state::end(stream& s, const std::string& reason, const usage_info&
   done_event d;
   d.request_id = s.info.id;
   d.finish_reason = reason;
-  if (!s.stops.stopped()) d.text = s.stops.push(s.dec->flush()) + s.stops.flush();
+  if (!s.stops.stopped() && !s.filter_ended) d.text = s.stops.push(s.dec->flush()) + s.stops.flush();
+  if (!s.filters.empty()) {
+    // The last of the text, and what the filters held back.
+    auto f = run_filters(s.filters, d.text, true);
+    if (f.end) {
+      d.finish_reason = f.finish_reason;
+      s.filter_ended = true;
+    }
+    s.filters.clear();
+  }
   d.usage.prompt_tokens = s.info.prompt_tokens;
   d.usage.completion_tokens = s.next_index;
   d.usage.cached_prompt_tokens = u.cached_prompt_tokens;
@@ -55,9 +89,9 @@ void streamer_state::end(stream& s, const std::string& reason, const usage_info&
   d.timings.preemptions = preemptions;
   d.cached = s.from_cache;
   d.similarity = s.from_cache ? s.similarity : 0.0f;
+  s.finish_reason = d.finish_reason;
   s.pending.emplace_back(std::move(d));
   s.ending = true;
-  s.finish_reason = reason;
   pump(s);
 }
 
@@ -103,6 +137,7 @@ void streamer_state::close(uint64_t id, bool /*delivered_error*/) {
   c.tokens = std::move(s.tokens);
   c.logprobs = std::move(s.logprobs);
   c.cached = s.from_cache;
+  c.filtered = s.filter_ended;
   fx_.closed.push_back(std::move(c));
   ++st_.streams_closed;
   streams_.erase(it);
@@ -154,6 +189,7 @@ void streamer_state::cancel(uint64_t id, int64_t now_us) {
   // Whatever the stream had, it ends as cancelled now; the held-back text is not released.
   s.stops = model::stop_matcher(std::vector<std::string>{});
   s.dec = codec_->decoder();
+  s.filters.clear();
   end(s, finish::cancelled, {}, 0, 0, now_us);
 }
 
@@ -196,6 +232,7 @@ void streamer_state::check_slow(uint64_t id, uint64_t serial, int64_t now_us) {
   s.ending = false;
   s.stops = model::stop_matcher(std::vector<std::string>{});
   s.dec = codec_->decoder();
+  s.filters.clear();
   s.paused = false;
   end(s, finish::slow_consumer, {}, 0, 0, now_us);
 }

@@ -4,7 +4,9 @@
 // `buffer_tokens` token events that its consumer has not acknowledged yet; beyond that, events
 // wait here and the sequence is paused in the scheduler; it resumes when the consumer has caught
 // up to half the buffer. A stream paused for longer than `slow_consumer_timeout_ms` ends with
-// finish_reason slow_consumer. The streamer actor carries out the effects this class lists.
+// finish_reason slow_consumer. Output filters (stream_filter.hpp) see the text after the stop
+// strings; each stream gets its chain when it opens. The streamer actor carries out the effects
+// this class lists.
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -17,6 +19,7 @@
 
 #include "actors/request.hpp"
 #include "actors/step.hpp"
+#include "actors/stream_filter.hpp"
 #include "actors/text_codec.hpp"
 #include "model/stop_matcher.hpp"
 
@@ -25,6 +28,9 @@ namespace troupe::actors {
 struct streamer_config {
   int32_t buffer_tokens = 64;               // unacknowledged token events per stream; 0: no flow control
   int64_t slow_consumer_timeout_ms = 30000; // paused this long: the stream ends (slow_consumer)
+  // Output filters, in order, by name in stream_filter_registry(). Hot: a change reaches streams
+  // opened afterwards; running streams keep the chain they opened with.
+  std::vector<filter_spec> filters;
 };
 
 // What admission tells the streamer about a new stream.
@@ -33,11 +39,12 @@ struct stream_open {
   int64_t arrival_us = 0;
   int32_t prompt_tokens = 0;
   std::vector<std::string> stop;
+  std::string tenant;  // for output filters
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stream_open& x) {
-  return f(caf::meta::type_name("stream_open"), x.id, x.arrival_us, x.prompt_tokens, x.stop);
+  return f(caf::meta::type_name("stream_open"), x.id, x.arrival_us, x.prompt_tokens, x.stop, x.tenant);
 }
 
 // A response from the cache, to be streamed as if generated.
@@ -61,11 +68,12 @@ struct closed_stream {
   std::vector<int32_t> tokens;      // the completion's tokens
   std::vector<float> logprobs;
   bool cached = false;              // it was itself a cache replay
+  bool filtered = false;            // an output filter ended it: the tokens are no answer to store
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, closed_stream& x) {
-  return f(caf::meta::type_name("closed_stream"), x.id, x.finish_reason, x.tokens, x.logprobs, x.cached);
+  return f(caf::meta::type_name("closed_stream"), x.id, x.finish_reason, x.tokens, x.logprobs, x.cached, x.filtered);
 }
 
 struct streamer_stats {
@@ -121,6 +129,9 @@ class streamer_state {
   // The timer of a pause fired.
   void check_slow(uint64_t id, uint64_t serial, int64_t now_us);
 
+  // New output filters (already validated) for streams opened from now on.
+  void set_filters(std::shared_ptr<const filter_chain_maker> chain, std::vector<filter_spec> specs);
+
   streamer_effects take_effects();
   streamer_stats stats() const;
   const streamer_config& config() const { return cfg_; }
@@ -143,6 +154,8 @@ class streamer_state {
     float similarity = 0;
     bool ending = false;               // its last event is queued; closes when delivered
     std::string finish_reason;
+    std::vector<std::unique_ptr<stream_filter>> filters;  // made when it opened
+    bool filter_ended = false;         // a filter ended it: nothing held back is released
   };
 
   void token(stream& s, const token_out& t, int64_t now_us);
@@ -154,6 +167,8 @@ class streamer_state {
 
   streamer_config cfg_;
   std::shared_ptr<const text_codec> codec_;
+  std::shared_ptr<const filter_chain_maker> filters_;  // null when cfg_.filters did not build
+  std::string filters_error_;                          // why: such streams fail (never unfiltered)
   std::unordered_map<uint64_t, stream> streams_;
   streamer_effects fx_;
   streamer_stats st_;

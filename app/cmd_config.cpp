@@ -2,6 +2,7 @@
 // read it and prints the effective config (every key, defaults filled in) or every error, one a
 // line with file, line and key. `troupe config keys` lists the keys and whether each is hot.
 #include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "app/command.hpp"
 #include "config/config_loader.hpp"
+#include "config/config_plugins.hpp"
 #include "config/config_schema.hpp"
 #include "config/serve_config.hpp"
 
@@ -33,7 +35,10 @@ int check(const config_args& a) {
     }
     overrides.push_back(o.value());
   }
-  auto c = cfg::resolve_config(a.file, cfg::self_executable(), overrides);
+  // Plugins are loaded (and their entry points run) so that the names they register check;
+  // their log lines would mix into the TOML this prints.
+  spdlog::set_level(spdlog::level::warn);
+  auto c = cfg::resolve_config_with_plugins(a.file, cfg::self_executable(), overrides);
   if (!c) {
     std::fprintf(stderr, "%s\n", c.error().c_str());
     return 1;

@@ -12,6 +12,7 @@
 #include "app/command.hpp"
 #include "actors/pipeline.hpp"
 #include "config/config_loader.hpp"
+#include "config/config_plugins.hpp"
 #include "config/config_reloader.hpp"
 #include "config/serve_config.hpp"
 #include "config/serve_flags.hpp"
@@ -135,7 +136,8 @@ troupe::app::register_command reg("serve", "Serve the model over HTTP (OpenAI-co
       if (!o) return fail(o.error());
       overrides.value().push_back(o.value());
     }
-    auto c = cfg::resolve_config(a->config, cfg::self_executable(), overrides.value());
+    // The plugins the config names load first: the config may use the names they register.
+    auto c = cfg::resolve_config_with_plugins(a->config, cfg::self_executable(), overrides.value());
     if (!c) {
       std::fprintf(stderr, "troupe serve: invalid config:\n%s\n", c.error().c_str());
       return 2;

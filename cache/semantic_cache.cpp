@@ -244,7 +244,8 @@ void semantic_cache::on_closed(const actors::closed_stream& c) {
     p = std::move(it->second);
     pending_.erase(it);
   }
-  if (c.cached || (c.finish_reason != actors::finish::stop && c.finish_reason != actors::finish::length)) return;
+  if (c.cached || c.filtered || (c.finish_reason != actors::finish::stop && c.finish_reason != actors::finish::length))
+    return;
   cache_record rec;
   rec.context = p.context;
   rec.exact = p.exact;

@@ -132,6 +132,24 @@ void check(const troupe_config& c, const config_registries& r, reader& rd) {
       rd.fail_key(key, s.error());
     }
   }
+  if (r.admission_policy_options) {
+    if (auto s = r.admission_policy_options(c.admission.policy, c.admission.policy_options); !s) {
+      std::string key = "admission.policy_options";
+      for (const auto& [name, v] : c.admission.policy_options)
+        if (s.error().find("'" + name + "'") != std::string::npos) key += "." + name;
+      if (!rd.node_of(key)) key = rd.node_of("admission.policy_options") ? "admission.policy_options" : "admission.policy";
+      rd.fail_key(key, s.error());
+    }
+  }
+  if (r.filter_options) {
+    for (size_t i = 0; i < c.streamer.filters.size(); ++i) {
+      const auto& f = c.streamer.filters[i];
+      if (auto s = r.filter_options(f.name, f.options); !s) {
+        const std::string at = "streamer.filters[" + std::to_string(i) + "]";
+        rd.fail_key(rd.node_of(at + ".options") ? at + ".options" : at + ".name", s.error());
+      }
+    }
+  }
   // Keys that must agree: only once each was read well (a key that failed keeps its default,
   // which would only confuse here).
   if (!rd.errors().empty()) return;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "config/troupe_config.hpp"
 #include "model/result.hpp"
 
 namespace troupe::config {
@@ -25,6 +26,10 @@ struct config_registries {
   // A policy's own check of its options (an unknown option is an error); unset: none.
   std::function<status(const std::string& policy, const std::map<std::string, double>& options)>
       scheduler_policy_options;
+  // The same for the admission policy and for each output filter (their factories run once).
+  std::function<status(const std::string& policy, const std::map<std::string, option_value>& options)>
+      admission_policy_options;
+  std::function<status(const std::string& filter, const std::map<std::string, option_value>& options)> filter_options;
 
   // The registries of this process: built-ins plus whatever plugins registered so far.
   static config_registries global();

@@ -305,6 +305,43 @@ std::optional<option_value> read_option(const toml::node& n, const std::string& 
   return std::nullopt;
 }
 
+// An options table (a filter's, the admission policy's) into a TOML table.
+void write_options(const std::map<std::string, option_value>& options, toml::table& o) {
+  for (const auto& [k, v] : options) {
+    std::visit(
+        [&, k = k](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            toml::array arr;
+            for (const auto& s : x) arr.push_back(s);
+            o.insert_or_assign(k, std::move(arr));
+          } else {
+            o.insert_or_assign(k, x);
+          }
+        },
+        v);
+  }
+}
+
+key_spec admission_policy_options_key() {
+  key_spec s = spec("admission.policy_options", hot, {"*"}, true);
+  s.read = [](troupe_config& c, const toml::node& n, reader& rd) {
+    const std::string key = "admission.policy_options";
+    const auto* t = rd.table(n, key);
+    if (!t) return;
+    c.admission.policy_options.clear();
+    for (const auto& [k, v] : *t) {
+      const std::string full = key + "." + std::string(k.str());
+      rd.remember(full, v);
+      if (auto x = read_option(v, full, rd)) c.admission.policy_options[std::string(k.str())] = std::move(*x);
+    }
+  };
+  s.write = [](const troupe_config& c, toml::table& root, bool) {
+    write_options(c.admission.policy_options, table_at(root, "admission.policy_options"));
+  };
+  return s;
+}
+
 key_spec filters_key() {
   key_spec s = spec("streamer.filters", hot, {"[].name", "[].options.*"});
   s.read = [](troupe_config& c, const toml::node& n, reader& rd) {
@@ -317,6 +354,7 @@ key_spec filters_key() {
                    if (auto x = rd.string(*v, full + ".name", true)) f.name = *x;
                  }
                  if (const auto* v = t.get("options")) {
+                   rd.remember(full + ".options", *v);
                    if (const auto* ot = rd.table(*v, full + ".options")) {
                      for (const auto& [k, ov] : *ot) {
                        if (auto x = read_option(ov, full + ".options." + std::string(k.str()), rd))
@@ -333,20 +371,7 @@ key_spec filters_key() {
       toml::table t;
       t.insert_or_assign("name", f.name);
       toml::table o;
-      for (const auto& [k, v] : f.options) {
-        std::visit(
-            [&, k = k](const auto& x) {
-              using T = std::decay_t<decltype(x)>;
-              if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-                toml::array arr;
-                for (const auto& s : x) arr.push_back(s);
-                o.insert_or_assign(k, std::move(arr));
-              } else {
-                o.insert_or_assign(k, x);
-              }
-            },
-            v);
-      }
+      write_options(f.options, o);
       t.insert_or_assign("options", std::move(o));
       a.push_back(std::move(t));
     }
@@ -411,6 +436,7 @@ std::vector<key_spec> make_schema() {
   v.push_back(integer_key("admission.default_max_tokens", hot, 1, 16 * mib, TROUPE_FIELD(admission.default_max_tokens)));
   v.push_back(integer_key("admission.max_stop_strings", hot, 0, 1024, TROUPE_FIELD(admission.max_stop_strings)));
   v.push_back(integer_key("admission.default_deadline_ms", hot, 0, 365 * day_ms, TROUPE_FIELD(admission.default_deadline_ms)));
+  v.push_back(admission_policy_options_key());
   for (const auto& f : limit_fields) v.push_back(limit_key(f));
   v.push_back(tenants_key());
 

@@ -63,6 +63,8 @@ void apply_to(const troupe_config& c, actors::pipeline_config& p) {
   s.prefix_caching = c.kv.prefix_caching;
 
   auto& a = p.admission;
+  a.policy = c.admission.policy;
+  a.policy_options = c.admission.policy_options;
   a.max_pending = static_cast<int32_t>(c.admission.max_pending);
   a.max_tokens_cap = static_cast<int32_t>(c.admission.max_tokens_cap);
   a.default_max_tokens = static_cast<int32_t>(c.admission.default_max_tokens);
@@ -76,6 +78,8 @@ void apply_to(const troupe_config& c, actors::pipeline_config& p) {
 
   p.streamer.buffer_tokens = static_cast<int32_t>(c.streamer.buffer_tokens);
   p.streamer.slow_consumer_timeout_ms = c.streamer.slow_consumer_timeout_ms;
+  p.streamer.filters.clear();
+  for (const auto& f : c.streamer.filters) p.streamer.filters.push_back(actors::filter_spec{f.name, f.options});
 
   p.step_timeout_ms = c.supervisor.step_timeout_ms;
   p.startup_timeout_ms = c.supervisor.startup_timeout_ms;
@@ -129,12 +133,8 @@ net::serve_options to_serve_options(const troupe_config& c) {
 std::vector<std::string> unread_settings(const troupe_config& c) {
   const troupe_config d;
   std::vector<std::string> out;
-  if (!c.plugins.empty()) out.push_back("plugins: plugin loading is not implemented yet; the libraries are not loaded");
-  if (!c.streamer.filters.empty()) out.push_back("streamer.filters: the streamer does not apply filters yet");
   if (c.admission.max_prompt_tokens != d.admission.max_prompt_tokens)
     out.push_back("admission.max_prompt_tokens: not enforced yet (admission checks the model's context only)");
-  if (c.admission.policy != d.admission.policy)
-    out.push_back("admission.policy: admission has one built-in policy (" + d.admission.policy + ") for now");
   return out;
 }
 

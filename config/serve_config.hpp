@@ -30,9 +30,9 @@ void apply_to(const troupe_config& c, model::backend_options& b);
 
 actors::response_cache_config to_response_cache_config(const troupe_config& c);
 
-// Keys set to something other than their default that nothing reads yet (plugins, output
-// filters, the admin token, API key tenants, admission.max_prompt_tokens), one message each, so
-// that `troupe serve` can say so instead of ignoring them silently.
+// Keys set to something other than their default that nothing reads yet
+// (admission.max_prompt_tokens), one message each, so that `troupe serve` can say so instead of
+// ignoring them silently.
 std::vector<std::string> unread_settings(const troupe_config& c);
 
 }  // namespace troupe::config

@@ -80,9 +80,8 @@ tenant_limits_section::tenant_limits_section() {
 
 admission_section::admission_section() {
   const auto& a = pipeline_defaults().admission;
-  // Admission has no policy registry yet: its one behaviour (a queue cap and per-tenant token
-  // buckets) is what this name stands for.
-  policy = "token_bucket";
+  policy = a.policy;
+  policy_options = a.policy_options;
   max_pending = a.max_pending;
   max_prompt_tokens = 0;
   max_tokens_cap = a.max_tokens_cap;

@@ -66,9 +66,14 @@ struct tenant_limits_section {
   tenant_limits_section();
 };
 
+// A value of an options table (output filters, the admission policy): what TOML values such a
+// part may be given. The same type as actors::option_value.
+using option_value = std::variant<bool, int64_t, double, std::string, std::vector<std::string>>;
+
 // actors::admission_config.
 struct admission_section {
-  std::string policy;                  // (not read yet: admission has one built-in policy)
+  std::string policy;                  // a name in actors::admission_policy_registry()
+  std::map<std::string, option_value> policy_options;  // that policy's options
   int64_t max_pending = 0;             // queue depth: admitted requests not finished yet
   int64_t max_prompt_tokens = 0;       // (not read yet) 0: the model's context
   int64_t max_tokens_cap = 0;
@@ -110,17 +115,14 @@ struct cache_section {
   cache_section();
 };
 
-// A filter's option: what TOML values a filter may be given.
-using option_value = std::variant<bool, int64_t, double, std::string, std::vector<std::string>>;
-
-// One output filter of the streamer, by registered name, with its options.
+// One output filter of the streamer, by name in actors::stream_filter_registry(), with its options.
 struct filter_spec {
   std::string name;
   std::map<std::string, option_value> options;
   bool operator==(const filter_spec& o) const { return name == o.name && options == o.options; }
 };
 
-// actors::streamer_config, plus the output filters (not read yet: the streamer has none).
+// actors::streamer_config, with its output filters.
 struct streamer_section {
   int64_t buffer_tokens = 0;
   int64_t slow_consumer_timeout_ms = 0;
@@ -165,7 +167,7 @@ struct troupe_config {
   auth_section auth;
   logging_section logging;
   supervisor_section supervisor;
-  std::vector<std::string> plugins;    // shared libraries loaded at startup (not read yet)
+  std::vector<std::string> plugins;    // shared libraries loaded at startup (actors/plugin_loader)
 };
 
 }  // namespace troupe::config

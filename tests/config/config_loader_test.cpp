@@ -162,8 +162,9 @@ TEST(ConfigLoader, UnknownNamesListTheRegisteredOnes) {
   EXPECT_TRUE(has(error_of("[cache]\nembedder = \"bert\"\n"), "cache.embedder: unknown embedder 'bert' (known: "));
   EXPECT_TRUE(has(error_of("[model]\nbackend = \"tpu\"\n"), "t.toml:2:11: model.backend: unknown backend 'tpu' (known: cpu"));
   EXPECT_TRUE(has(error_of("[admission]\npolicy = \"fair\"\n"), "admission.policy: unknown admission policy 'fair' (known: token_bucket)"));
-  EXPECT_TRUE(has(error_of("[[streamer.filters]]\nname = \"redact\"\n"),
-                  "t.toml:2:8: streamer.filters[0].name: unknown output filter 'redact' (known: none)"));
+  EXPECT_TRUE(has(error_of("[[streamer.filters]]\nname = \"redakt\"\n"),
+                  "t.toml:2:8: streamer.filters[0].name: unknown output filter 'redakt' (known: redact, stop_on); "
+                  "did you mean 'redact'?"));
 }
 
 TEST(ConfigLoader, APolicysOwnCheckRejectsAnOptionItDoesNotKnow) {
@@ -174,6 +175,7 @@ TEST(ConfigLoader, APolicysOwnCheckRejectsAnOptionItDoesNotKnow) {
 TEST(ConfigLoader, RegistriesCanBeInjected) {
   config_registries r = config_registries::global();
   r.filters = [] { return std::vector<std::string>{"redact"}; };
+  r.filter_options = {};  // made-up options: this is about TOML values, not the filter
   auto c = parse_config(R"(
 [[streamer.filters]]
 name = "redact"

@@ -70,10 +70,11 @@ TEST(ReferenceConfig, NamesEveryKeyOfTheSchemaAndNothingElse) {
   ASSERT_FALSE(ex.empty());
   flatten(toml::parse(std::string_view(ex), std::string_view("reference.toml examples")), "", present);
 
-  // The examples are a valid config (filter names aside: none is built in).
+  // The examples are a valid config (names aside: they may name a plugin's parts).
   config_registries r = config_registries::global();
   r.filters = {};
-  r.scheduler_policies = {};  // the example may name a plugin's policy
+  r.scheduler_policies = {};
+  r.admission_policies = {};
   auto parsed = parse_config(ex, "reference.toml examples", {}, r);
   EXPECT_TRUE(parsed.ok()) << parsed.error();
 

@@ -1,0 +1,4 @@
+// A library that says which ABI it has but defines no entry point.
+#include "actors/plugin_api.hpp"
+
+TROUPE_PLUGIN_ABI()
