@@ -2,6 +2,8 @@
 // net::inference. No Beast here (see CAF-0.17-NOTES: Beast + CAF in one TU is slow to build).
 #include "net/serve.hpp"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
@@ -99,6 +101,14 @@ class pipeline_inference : public inference {
     if (!p) return;
     auto st = p->get_scheduler_stats(std::chrono::seconds(2));
     if (!st) return;
+    // After a burst, hand the heap's freed pages back to the system once nothing runs: the
+    // allocator keeps them otherwise, and the server's memory would stay at its peak.
+    if (st->waiting > 0 || st->running > 0) {
+      busy_since_trim_ = true;
+    } else if (busy_since_trim_) {
+      busy_since_trim_ = false;
+      ::malloc_trim(0);
+    }
     std::string g;
     auto gauge = [&](const char* name, const char* help, int64_t v) {
       g += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " +
@@ -157,6 +167,7 @@ class pipeline_inference : public inference {
   std::unique_ptr<actors::client> client_;
   std::string gauges_;
   std::string health_;
+  bool busy_since_trim_ = false;  // the poller thread's
   std::function<void(const std::string&, std::function<void(admin_reply)>)> admin_;
   std::function<std::string()> extra_metrics_;
 };
