@@ -75,6 +75,11 @@ std::string closest(const std::string& word, const std::vector<std::string>& can
 // "a string", "an integer", ...
 std::string type_name(const toml::node& n);
 
+// The shortest decimal that reads back as the same double (100 -> "100", 0.9 -> "0.9").
+std::string number_text(double v);
+// "a, b, c".
+std::string join(const std::vector<std::string>& v);
+
 // `s` as a TOML basic string, quoted and escaped.
 std::string quote(std::string_view s);
 
