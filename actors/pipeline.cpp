@@ -216,6 +216,16 @@ void shutdown(self_ptr self, const caf::error& reason) {
 }
 
 using stage_done = std::function<void(std::vector<std::string>, std::string)>;
+using stage = std::function<void(std::vector<std::string>, stage_done)>;
+
+// Runs stages[i..] one after the other (each may wait for an actor's answer); stops at the first error.
+void run_stages(std::shared_ptr<std::vector<stage>> stages, size_t i, std::vector<std::string> done, stage_done finish) {
+  if (i == stages->size()) return finish(std::move(done), {});
+  (*stages)[i](std::move(done), [stages, i, finish](std::vector<std::string> d, std::string err) mutable {
+    if (!err.empty()) return finish(std::move(d), std::move(err));
+    run_stages(std::move(stages), i + 1, std::move(d), std::move(finish));
+  });
+}
 
 // A replaced actor forwards for a while, then the supervisor ends it (its down message is expected).
 void retire(self_ptr self, const caf::actor& old) {
@@ -415,18 +425,16 @@ caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker ma
           if (err.empty()) rp.deliver(std::move(done));
           else rp.deliver(caf::make_error(caf::sec::runtime_error, std::move(err)));
         };
-        auto filters_then_finish = [self, next, chain = std::move(chain.value()), finish](std::vector<std::string> done,
-                                                                                          std::string err) mutable {
-          if (!err.empty()) return finish(std::move(done), std::move(err));
-          swap_filters(self, next, std::move(chain), std::move(done), finish);
+        auto maker = std::move(chain.value());
+        std::vector<stage> stages = {
+            [self, next](std::vector<std::string> d, stage_done k) { swap_scheduler(self, next, std::move(d), std::move(k)); },
+            [self, next](std::vector<std::string> d, stage_done k) { swap_admission(self, next, std::move(d), std::move(k)); },
+            [self, next](std::vector<std::string> d, stage_done k) { swap_cache(self, next, std::move(d), std::move(k)); },
+            [self, next, maker](std::vector<std::string> d, stage_done k) {
+              swap_filters(self, next, maker, std::move(d), std::move(k));
+            },
         };
-        swap_scheduler(self, next, {}, [self, next, finish = std::move(filters_then_finish)](std::vector<std::string> done, std::string err) mutable {
-          if (!err.empty()) return finish(std::move(done), std::move(err));
-          swap_admission(self, next, std::move(done), [self, next, finish](std::vector<std::string> done, std::string err) mutable {
-            if (!err.empty()) return finish(std::move(done), std::move(err));
-            swap_cache(self, next, std::move(done), finish);
-          });
-        });
+        run_stages(std::make_shared<std::vector<stage>>(std::move(stages)), 0, {}, std::move(finish));
         return rp;
       },
   };
