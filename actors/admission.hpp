@@ -13,6 +13,7 @@
 #include <caf/meta/type_name.hpp>
 #include <caf/typed_actor.hpp>
 
+#include "actors/admission_gate.hpp"
 #include "actors/admission_state.hpp"
 #include "actors/event_sink.hpp"
 #include "actors/links.hpp"
@@ -38,6 +39,12 @@ typename Inspector::result_type inspect(Inspector& f, submit_reply& x) {
 // Admission's state on its way to a successor (hot reload; in process only: a pointer).
 struct admission_handover {
   std::shared_ptr<admission_state> adm;
+  // The admission actor in use, if the policy is one (admission_gate.hpp): the successor keeps
+  // it when its name and options stay, else stops it.
+  admission_gate gate;
+  std::string gate_name;
+  option_map gate_options;
+  admission_gate_spawner gate_spawn;
 };
 
 }  // namespace troupe::actors

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "actors/admission_gate.hpp"
 #include "cache/cache_key.hpp"
 
 namespace troupe::actors {
@@ -11,6 +12,10 @@ admission_state::admission_state(admission_config cfg, std::shared_ptr<const tex
                                  std::unique_ptr<admission_policy> policy)
     : cfg_(std::move(cfg)), codec_(std::move(codec)), policy_(std::move(policy)) {
   if (policy_) return;
+  if (is_admission_actor(cfg_.policy)) {
+    gate_ = true;
+    return;
+  }
   auto p = make_admission_policy(cfg_);
   if (p) policy_ = std::move(p.value());
   else policy_error_ = p.error();
@@ -18,15 +23,24 @@ admission_state::admission_state(admission_config cfg, std::shared_ptr<const tex
 
 status admission_state::reconfigure(admission_config cfg) {
   status out;
-  if (!policy_ || cfg.policy != cfg_.policy || cfg.policy_options != cfg_.policy_options) {
+  if (is_admission_actor(cfg.policy)) {  // the admission actor (admission.cpp) checks its options
+    policy_.reset();
+    policy_error_.clear();
+    gate_ = true;
+    cfg_ = std::move(cfg);
+    return {};
+  }
+  if (gate_ || !policy_ || cfg.policy != cfg_.policy || cfg.policy_options != cfg_.policy_options) {
     auto p = make_admission_policy(cfg);
     if (p) {
       policy_ = std::move(p.value());
       policy_error_.clear();
+      gate_ = false;
       cfg_ = std::move(cfg);
       return {};
     }
     out = make_error(p.error());
+    if (gate_) return out;  // the admission actor stays, with the limits it had
     cfg.policy = cfg_.policy;  // the running policy stays, with the new limits
     cfg.policy_options = cfg_.policy_options;
   }
@@ -96,7 +110,7 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
                   retry);
   }
   const std::string tenant_name = spec.tenant.empty() ? "default" : spec.tenant;
-  if (!policy_) return reject(errc::internal, "admission has no usable policy: " + policy_error_);
+  if (!policy_ && !gate_) return reject(errc::internal, "admission has no usable policy: " + policy_error_);
   admission_ask ask;
   ask.id = next_id_;
   ask.tenant = tenant_name;
@@ -106,12 +120,9 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
   ask.priority = spec.priority;
   ask.pending = static_cast<int32_t>(pending_.size());
   ask.now_us = now_us;
-  auto verdict = policy_->admit(ask);
-  if (!verdict.ok) {
-    // A refusal with a time to retry is a limit that refills; one without can never pass.
-    if (verdict.code == errc::rate_limited && verdict.retry_after_ms > 0) ++st_.rate_limited;
-    return reject(verdict.code.empty() ? std::string(errc::rate_limited) : verdict.code, std::move(verdict.message),
-                  verdict.retry_after_ms);
+  if (!gate_) {
+    auto verdict = policy_->admit(ask);
+    if (!verdict.ok) return refuse(std::move(verdict));
   }
 
   admission_decision d;
@@ -143,15 +154,42 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
   d.open.stop = spec.stop;
   d.open.tenant = tenant_name;
   pending_[r.id] = admitted{now_us, tenant_name, n_prompt, max_tokens};
+  if (gate_) {  // held (and counted as pending) until the admission actor answers
+    d.ok = false;
+    d.ask = true;
+    d.gate_ask = std::move(ask);
+    return d;
+  }
   ++st_.admitted;
   return d;
 }
 
-void admission_state::on_closed(uint64_t id, int64_t now_us, int32_t completion_tokens,
-                                const std::string& finish_reason) {
+admission_decision admission_state::refuse(admission_verdict verdict) {
+  // A refusal with a time to retry is a limit that refills; one without can never pass.
+  if (verdict.code == errc::rate_limited && verdict.retry_after_ms > 0) ++st_.rate_limited;
+  return reject(verdict.code.empty() ? std::string(errc::rate_limited) : verdict.code, std::move(verdict.message),
+                verdict.retry_after_ms);
+}
+
+admission_decision admission_state::answer(admission_decision held, admission_verdict verdict) {
+  const uint64_t id = held.request.id;
+  if (!held.ask || !pending_.count(id)) return reject(errc::internal, "admission lost track of request " + std::to_string(id));
+  if (!verdict.ok) {
+    pending_.erase(id);
+    return refuse(std::move(verdict));
+  }
+  held.ok = true;
+  held.ask = false;
+  ++st_.admitted;
+  return held;
+}
+
+std::optional<admission_usage> admission_state::on_closed(uint64_t id, int64_t now_us, int32_t completion_tokens,
+                                                        const std::string& finish_reason) {
   auto it = pending_.find(id);
-  if (it == pending_.end()) return;
-  if (policy_) {
+  if (it == pending_.end()) return std::nullopt;
+  std::optional<admission_usage> out;
+  if (policy_ || gate_) {
     admission_usage u;
     u.id = id;
     u.tenant = std::move(it->second.tenant);
@@ -161,7 +199,8 @@ void admission_state::on_closed(uint64_t id, int64_t now_us, int32_t completion_
     u.finish_reason = finish_reason;
     u.admitted_us = it->second.at_us;
     u.now_us = now_us;
-    policy_->on_closed(u);
+    if (gate_) out = std::move(u);
+    else policy_->on_closed(u);
   }
   pending_.erase(it);
   if (last_completion_us_ > 0) {
@@ -169,6 +208,7 @@ void admission_state::on_closed(uint64_t id, int64_t now_us, int32_t completion_
     completion_interval_ms_ = completion_interval_ms_ > 0 ? 0.9 * completion_interval_ms_ + 0.1 * dt : dt;
   }
   last_completion_us_ = now_us;
+  return out;
 }
 
 admission_stats admission_state::stats() const {

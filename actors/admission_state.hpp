@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -36,9 +37,13 @@ typename Inspector::result_type inspect(Inspector& f, admission_stats& x) {
 
 struct admission_decision {
   bool ok = false;
-  admitted_request request;  // when ok
-  stream_open open;          // when ok: what the streamer needs
-  error_event error;         // when not
+  admitted_request request;  // when ok (or ask)
+  stream_open open;          // when ok (or ask): what the streamer needs
+  error_event error;         // when neither
+  // The policy is an admission actor (admission_gate.hpp): ask it `gate_ask`, then pass its
+  // verdict to answer(). The request counts as pending meanwhile.
+  bool ask = false;
+  admission_ask gate_ask;
 };
 
 class admission_state {
@@ -49,9 +54,15 @@ class admission_state {
                   std::unique_ptr<admission_policy> policy = nullptr);
 
   admission_decision admit(const request_spec& spec, int64_t now_us);
+  // The admission actor's verdict on a decision admit() held (`ask`): the decision, admitted or
+  // refused with the actor's reason.
+  admission_decision answer(admission_decision held, admission_verdict verdict);
   // A request left the system (its stream closed) after generating `completion_tokens`;
-  // `finish_reason` is empty when it failed.
-  void on_closed(uint64_t id, int64_t now_us, int32_t completion_tokens = 0, const std::string& finish_reason = {});
+  // `finish_reason` is empty when it failed. Under an admission actor, answers what to tell it.
+  std::optional<admission_usage> on_closed(uint64_t id, int64_t now_us, int32_t completion_tokens = 0,
+                                           const std::string& finish_reason = {});
+  // Whether the policy is an admission actor (admission_gate.hpp), run by the admission actor.
+  bool uses_actor() const { return gate_; }
 
   admission_stats stats() const;
   const admission_config& config() const { return cfg_; }
@@ -69,11 +80,13 @@ class admission_state {
     int32_t max_tokens = 0;
   };
   admission_decision reject(const std::string& code, std::string message, int64_t retry_after_ms = 0);
+  admission_decision refuse(admission_verdict verdict);
 
   admission_config cfg_;
   std::shared_ptr<const text_codec> codec_;
   std::unique_ptr<admission_policy> policy_;
   std::string policy_error_;                        // why there is no policy
+  bool gate_ = false;                               // cfg_.policy names an admission actor
   std::unordered_map<uint64_t, admitted> pending_;  // requests in the system
   uint64_t next_id_ = 1;
   double completion_interval_ms_ = 0;   // moving average of the time between completions

@@ -312,7 +312,7 @@ void swap_cache(self_ptr self, const pipeline_config& next, std::vector<std::str
 
 // Output filters change in place: the streamer keeps its open streams (and their filters) and
 // gives streams opened afterwards the new chain, so nothing needs handing over.
-void swap_filters(self_ptr self, const pipeline_config& next, std::shared_ptr<const filter_chain_maker> chain,
+void swap_filters(self_ptr self, const pipeline_config& next, output_filters chain,
                   std::vector<std::string> done, stage_done k) {
   auto& s = self->state;
   if (s.cfg.streamer.filters == next.streamer.filters || !s.links.streamer) return k(std::move(done), {});
@@ -340,8 +340,8 @@ status check_parts(const pipeline_config& c) {
     return make_error(p.error());
   if (c.cache.enabled)
     if (auto r = response_cache_registry().find(c.cache.policy); !r) return make_error(r.error());
-  if (auto a = make_admission_policy(c.admission); !a) return make_error(a.error());
-  if (auto f = filter_chain_maker::make(c.streamer.filters); !f) return make_error(f.error());
+  if (auto a = validate_admission_policy(c.admission); !a) return make_error(a.error());
+  if (auto f = output_filters::make(c.streamer.filters); !f) return make_error(f.error());
   return {};
 }
 
@@ -416,7 +416,7 @@ caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker ma
         if (s.stopping) return caf::make_error(caf::sec::runtime_error, "the pipeline is stopping");
         if (s.reconfiguring) return caf::make_error(caf::sec::runtime_error, "another reconfiguration is under way");
         if (auto ok = check_parts(next); !ok) return caf::make_error(caf::sec::runtime_error, ok.error());
-        auto chain = filter_chain_maker::make(next.streamer.filters);
+        auto chain = output_filters::make(next.streamer.filters);
         if (!chain) return caf::make_error(caf::sec::runtime_error, chain.error());
         auto rp = self->make_response_promise<std::vector<std::string>>();
         s.reconfiguring = true;

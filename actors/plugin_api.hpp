@@ -20,7 +20,9 @@
 // process, since the factories it registered point into it.
 #include <string>
 
+#include "actors/admission_gate.hpp"
 #include "actors/admission_policy.hpp"
+#include "actors/filter_actor.hpp"
 #include "actors/response_cache.hpp"
 #include "actors/scheduling_policy.hpp"
 #include "actors/stream_filter.hpp"
@@ -28,8 +30,9 @@
 
 // Raised whenever something a plugin compiles against changes incompatibly: this header, the
 // interfaces and structs it includes (scheduling_policy, admission_policy, stream_filter,
-// response_cache, options), or the registries' factory types.
-#define TROUPE_PLUGIN_ABI_VERSION 1
+// response_cache, options), the actor protocols (admission_gate, filter_actor), or the
+// registries' factory types. 2: admission actors and filter actors.
+#define TROUPE_PLUGIN_ABI_VERSION 2
 
 // What troupe hands the entry point. Every call registers into the process-wide registry of its
 // kind; an empty or taken name is an error naming both registrants (the first error also fails
@@ -44,6 +47,11 @@ class troupe_plugin_host {
   virtual troupe::status add_admission_policy(const std::string& name, troupe::actors::admission_policy_factory f) = 0;
   virtual troupe::status add_stream_filter(const std::string& name, troupe::actors::stream_filter_factory f) = 0;
   virtual troupe::status add_response_cache(const std::string& name, troupe::actors::response_cache_factory f) = 0;
+  // Actors: started by troupe from the factory's spawner with CAF's actor system (link the plugin
+  // against CAF, the same libcaf_core troupe uses). An admission actor shares its names with
+  // the admission policies, a filter actor with the stream filters.
+  virtual troupe::status add_admission_actor(const std::string& name, troupe::actors::admission_actor_factory f) = 0;
+  virtual troupe::status add_filter_actor(const std::string& name, troupe::actors::filter_actor_factory f) = 0;
 
   // A line in troupe's log (info level), prefixed with the plugin's path.
   virtual void log(const std::string& message) = 0;

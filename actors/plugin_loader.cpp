@@ -18,6 +18,8 @@ plugin_registries plugin_registries::global() {
   r.admission_policies = &admission_policy_registry();
   r.stream_filters = &stream_filter_registry();
   r.response_caches = &response_cache_registry();
+  r.admission_actors = &admission_actor_registry();
+  r.filter_actors = &filter_actor_registry();
   return r;
 }
 
@@ -33,11 +35,22 @@ class plugin_host_impl final : public troupe_plugin_host {
   status add_scheduling_policy(const std::string& name, policy_factory f) override {
     return add("scheduling policy", l_.reg_.scheduling_policies, name, std::move(f));
   }
+  // Admission policies and actors share their names, as do stream filters and filter actors.
   status add_admission_policy(const std::string& name, admission_policy_factory f) override {
+    if (auto s = other_kind("admission policy", "admission actor", l_.reg_.admission_actors, name); !s) return s;
     return add("admission policy", l_.reg_.admission_policies, name, std::move(f));
   }
   status add_stream_filter(const std::string& name, stream_filter_factory f) override {
+    if (auto s = other_kind("stream filter", "filter actor", l_.reg_.filter_actors, name); !s) return s;
     return add("stream filter", l_.reg_.stream_filters, name, std::move(f));
+  }
+  status add_admission_actor(const std::string& name, admission_actor_factory f) override {
+    if (auto s = other_kind("admission actor", "admission policy", l_.reg_.admission_policies, name); !s) return s;
+    return add("admission actor", l_.reg_.admission_actors, name, std::move(f));
+  }
+  status add_filter_actor(const std::string& name, filter_actor_factory f) override {
+    if (auto s = other_kind("filter actor", "stream filter", l_.reg_.stream_filters, name); !s) return s;
+    return add("filter actor", l_.reg_.filter_actors, name, std::move(f));
   }
   status add_response_cache(const std::string& name, response_cache_factory f) override {
     return add("response cache policy", l_.reg_.response_caches, name, std::move(f));
@@ -67,6 +80,13 @@ class plugin_host_impl final : public troupe_plugin_host {
     l_.origin_[what] = path_;
     registered_.push_back(what);
     return {};
+  }
+
+  template <class Registry>
+  status other_kind(const char* kind, const char* other, Registry* reg, const std::string& name) {
+    if (!reg || name.empty() || !reg->contains(name)) return {};
+    return note(std::string(kind) + " '" + name + "' of plugin " + path_ + " takes the name of an existing " + other +
+                " (they share one namespace)");
   }
 
   status note(const std::string& message) {

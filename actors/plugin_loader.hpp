@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "actors/admission_gate.hpp"
 #include "actors/admission_policy.hpp"
+#include "actors/filter_actor.hpp"
 #include "actors/named_registry.hpp"
 #include "actors/response_cache.hpp"
 #include "actors/scheduling_policy.hpp"
@@ -26,6 +28,8 @@ struct plugin_registries {
   named_registry<admission_policy_factory>* admission_policies = nullptr;
   named_registry<stream_filter_factory>* stream_filters = nullptr;
   named_registry<response_cache_factory>* response_caches = nullptr;
+  named_registry<admission_actor_factory>* admission_actors = nullptr;
+  named_registry<filter_actor_factory>* filter_actors = nullptr;
   static plugin_registries global();
 };
 

@@ -17,6 +17,7 @@
 #include <caf/typed_actor.hpp>
 
 #include "actors/event_sink.hpp"
+#include "actors/filter_actor.hpp"
 #include "actors/links.hpp"
 #include "actors/step.hpp"
 #include "actors/streamer_state.hpp"
@@ -32,10 +33,11 @@ using ack_atom = caf::atom_constant<caf::atom("ack")>;
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 using slow_atom = caf::atom_constant<caf::atom("slow")>;
 using filters_atom = caf::atom_constant<caf::atom("filters")>;
+using filter_retire_atom = caf::atom_constant<caf::atom("fretire")>;
 
-// New output filters, validated by the supervisor (hot reload; in process only: a pointer).
+// New output filters, validated by the supervisor (hot reload; in process only: pointers).
 struct filter_update {
-  std::shared_ptr<const filter_chain_maker> chain;
+  output_filters filters;
   std::vector<filter_spec> specs;
 };
 
@@ -56,6 +58,8 @@ using streamer_actor = caf::typed_actor<
     caf::reacts_to<slow_atom, uint64_t, uint64_t>, // a pause's timer (id, serial)
     caf::replies_to<stats_atom>::with<streamer_stats>,
     caf::replies_to<filters_atom, filter_update>::with<bool>,  // true once in force
+    caf::reacts_to<filter_end_atom, uint64_t, std::string>,   // a filter actor ends a stream
+    caf::reacts_to<filter_retire_atom, caf::actor>,           // stop a filter actor no stream uses
     caf::reacts_to<links_atom, pipeline_links>>;
 
 streamer_actor spawn_streamer(caf::actor_system& sys, streamer_config cfg, std::shared_ptr<const text_codec> codec);

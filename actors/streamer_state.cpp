@@ -11,6 +11,12 @@ streamer_state::streamer_state(streamer_config cfg, std::shared_ptr<const text_c
   else filters_error_ = chain.error();
 }
 
+streamer_state::streamer_state(streamer_config cfg, std::shared_ptr<const text_codec> codec,
+                               std::shared_ptr<const filter_chain_maker> chain, std::string chain_error)
+    : cfg_(std::move(cfg)), codec_(std::move(codec)), filters_(std::move(chain)), filters_error_(std::move(chain_error)) {
+  if (!filters_ && filters_error_.empty()) filters_error_ = "no output filters were given";
+}
+
 void streamer_state::set_filters(std::shared_ptr<const filter_chain_maker> chain, std::vector<filter_spec> specs) {
   filters_ = std::move(chain);
   filters_error_ = filters_ ? std::string() : std::string("no output filters were given");
@@ -210,6 +216,29 @@ void streamer_state::fail(uint64_t id, const std::string& code, const std::strin
   fx_.events.emplace_back(error_event{id, code, message, 0});
   s.finish_reason.clear();
   close(id, true);
+}
+
+void streamer_state::abort(uint64_t id, const std::string& code, const std::string& message) {
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return;
+  if (!it->second.ending && !it->second.from_cache) fx_.drop.push_back(id);
+  fail(id, code, message);
+}
+
+void streamer_state::end_by_filter(uint64_t id, const std::string& finish_reason, int64_t now_us) {
+  auto it = streams_.find(id);
+  if (it == streams_.end() || it->second.ending) return;
+  auto& s = it->second;
+  if (!s.from_cache) fx_.drop.push_back(id);
+  s.pending.clear();  // the filter actor drops what it would have received
+  s.pending_tokens = 0;
+  s.unacked = 0;      // nor are those acknowledged: the done event must not wait for credit
+  s.stops = model::stop_matcher(std::vector<std::string>{});
+  s.dec = codec_->decoder();
+  s.filters.clear();
+  s.filter_ended = true;
+  s.paused = false;
+  end(s, finish_reason.empty() ? std::string(finish::filtered) : finish_reason, {}, 0, 0, now_us);
 }
 
 void streamer_state::fail_all(const std::string& code, const std::string& message) {

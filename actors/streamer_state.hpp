@@ -109,6 +109,10 @@ struct streamer_effects {
 class streamer_state {
  public:
   streamer_state(streamer_config cfg, std::shared_ptr<const text_codec> codec);
+  // With the in-process filters already made from cfg.filters (output_filters); a null chain
+  // makes every stream fail with `chain_error`.
+  streamer_state(streamer_config cfg, std::shared_ptr<const text_codec> codec,
+                 std::shared_ptr<const filter_chain_maker> chain, std::string chain_error);
 
   void open(const stream_open& o);
   bool is_open(uint64_t id) const { return streams_.count(id) != 0; }
@@ -124,6 +128,12 @@ class streamer_state {
   void consumer_gone(uint64_t id);
   // A failure for a stream (from admission, the cache, or the actor itself).
   void fail(uint64_t id, const std::string& code, const std::string& message);
+  // A failure of the stream's own path (a filter actor stopped): as fail(), and the scheduler
+  // drops the sequence.
+  void abort(uint64_t id, const std::string& code, const std::string& message);
+  // A filter actor ends the stream with `finish_reason`: nothing more is released but the done
+  // event, and the sequence is dropped. Ignored once the stream is ending or closed.
+  void end_by_filter(uint64_t id, const std::string& finish_reason, int64_t now_us);
   // Fails every open stream.
   void fail_all(const std::string& code, const std::string& message);
   // The timer of a pause fired.

@@ -1,6 +1,8 @@
 #include "config/config_registries.hpp"
 
+#include "actors/admission_gate.hpp"
 #include "actors/admission_policy.hpp"
+#include "actors/filter_actor.hpp"
 #include "actors/response_cache.hpp"
 #include "actors/scheduling_policy.hpp"
 #include "actors/stream_filter.hpp"
@@ -12,10 +14,10 @@ namespace troupe::config {
 config_registries config_registries::global() {
   config_registries r;
   r.scheduler_policies = [] { return actors::policy_registry::global().names(); };
-  r.admission_policies = [] { return actors::admission_policy_registry().names(); };
+  r.admission_policies = [] { return actors::admission_policy_names(); };
   r.cache_policies = [] { return actors::response_cache_registry().names(); };
   r.embedders = [] { return cache::embedder_registry::global().names(); };
-  r.filters = [] { return actors::stream_filter_registry().names(); };
+  r.filters = [] { return actors::output_filter_names(); };
   r.backends = [] { return model::backend_names(); };
   r.scheduler_policy_options = [](const std::string& policy, const std::map<std::string, double>& options) -> status {
     if (!actors::policy_registry::global().contains(policy)) return {};  // reported as an unknown name
@@ -26,15 +28,19 @@ config_registries config_registries::global() {
     return {};
   };
   r.admission_policy_options = [](const std::string& policy, const std::map<std::string, option_value>& options) -> status {
-    if (!actors::admission_policy_registry().contains(policy)) return {};  // reported as an unknown name
+    if (!actors::admission_policy_registry().contains(policy) && !actors::is_admission_actor(policy))
+      return {};  // reported as an unknown name
     actors::admission_config a;
     a.policy = policy;
     a.policy_options = options;
-    auto made = actors::make_admission_policy(a);
-    if (!made) return make_error(made.error());
-    return {};
+    return actors::validate_admission_policy(a);
   };
   r.filter_options = [](const std::string& filter, const std::map<std::string, option_value>& options) -> status {
+    if (auto actor = actors::filter_actor_registry().find(filter)) {
+      auto made = actor.value()(options);
+      if (!made) return make_error(made.error());
+      return {};
+    }
     auto factory = actors::stream_filter_registry().find(filter);
     if (!factory) return {};  // reported as an unknown name
     auto made = factory.value()(options);

@@ -1,10 +1,13 @@
-// Shows: an admission policy built as a plugin, with state that survives restarts: a daily token
-// quota per tenant. A request reserves prompt + max_tokens of its tenant's quota when it is
-// admitted; when its stream closes, the reservation gives way to what it used (prompt and
-// generated tokens), and the day's use goes to a file, replaced whole (write, then rename), so a
-// restarted server, or a new policy after a hot reload, reads it back. A request that would go
-// over is refused `rate_limited` with a retry hint at the next UTC midnight, when every count
-// starts over. It replaces token_bucket: the [admission.tenants] rates do not apply under it.
+// Shows: a custom admission actor built as a plugin (actors/admission_gate.hpp), with state that
+// survives restarts: a daily token quota per tenant. A request reserves prompt + max_tokens of
+// its tenant's quota when it is admitted; when its stream closes, the reservation gives way to
+// what it used (prompt and generated tokens), and the day's use goes to a file, replaced whole
+// (write, fsync, rename, fsync the directory), so a restarted server, or a new actor after a hot
+// reload, reads it back. Writes are batched: the first close marks the counts dirty and a flush
+// follows 50 ms later (and when the actor stops). The actor runs on a thread of its own
+// (detached), so the disk never holds up admission's other work. A request that would go over
+// is refused `rate_limited` with a retry hint at the next UTC midnight, when every count starts
+// over. It replaces token_bucket: the [admission.tenants] rates do not apply under it.
 //
 //   plugins = ["build/examples/libtroupe_daily_quota.so"]
 //   [admission]
@@ -22,6 +25,11 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
 
 #include "actors/plugin_api.hpp"
 #include "actors/request.hpp"
@@ -43,13 +51,12 @@ int64_t unix_now_s() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-class daily_quota final : public admission_policy {
+// The quota's books: plain state, no CAF.
+class quota_books {
  public:
-  explicit daily_quota(quota_options o) : o_(std::move(o)) { read(); }
+  explicit quota_books(quota_options o) : o_(std::move(o)) { read(); }
 
-  std::string name() const override { return "daily_quota"; }
-
-  admission_verdict admit(const admission_ask& a) override {
+  admission_verdict admit(const admission_ask& a) {
     roll_over();
     const int64_t quota = quota_of(a.tenant);
     const auto cost = static_cast<int64_t>(a.cost);
@@ -69,18 +76,24 @@ class daily_quota final : public admission_policy {
     return admission_verdict::admit();
   }
 
-  // Also for requests admitted before this policy took over: their use counts all the same.
-  void on_closed(const admission_usage& u) override {
+  // Also for requests admitted before this actor took over: their use counts all the same.
+  void on_closed(const admission_usage& u) {
     roll_over();
     if (auto it = reservations_.find(u.id); it != reservations_.end()) {
       reserved_[it->second.tenant] -= it->second.tokens;
       reservations_.erase(it);
     }
     used_[u.tenant] += static_cast<int64_t>(u.prompt_tokens) + u.completion_tokens;
-    write();
+    dirty_ = true;
   }
 
-  bool reconfigure(const admission_config&) override { return true; }  // it reads no limits
+  bool dirty() const { return dirty_; }
+
+  void flush() {
+    if (!dirty_) return;
+    dirty_ = false;
+    write();
+  }
 
  private:
   struct reservation {
@@ -122,17 +135,32 @@ class daily_quota final : public admission_policy {
     const std::filesystem::path p(o_.path);
     if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
     const std::string tmp = o_.path + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::trunc);
-      f << out.str();
-      f.flush();
-      if (!f) {
-        std::fprintf(stderr, "daily_quota: cannot write %s; today's use is kept in memory only\n", tmp.c_str());
-        return;
-      }
+    const std::string text = out.str();
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool ok = fd >= 0;
+    for (size_t done = 0; ok && done < text.size();) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n <= 0) ok = false;
+      else done += static_cast<size_t>(n);
+    }
+    ok = ok && ::fsync(fd) == 0;  // the data is on disk before the name points at it
+    if (fd >= 0) ::close(fd);
+    if (!ok) {
+      std::fprintf(stderr, "daily_quota: cannot write %s; today's use is kept in memory only\n", tmp.c_str());
+      return;
     }
     std::filesystem::rename(tmp, p, ec);
-    if (ec) std::fprintf(stderr, "daily_quota: cannot replace %s: %s\n", o_.path.c_str(), ec.message().c_str());
+    if (ec) {
+      std::fprintf(stderr, "daily_quota: cannot replace %s: %s\n", o_.path.c_str(), ec.message().c_str());
+      return;
+    }
+    // And the rename itself survives a crash.
+    const std::string dir = p.has_parent_path() ? p.parent_path().string() : std::string(".");
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
   }
 
   quota_options o_;
@@ -140,10 +168,41 @@ class daily_quota final : public admission_policy {
   std::unordered_map<std::string, int64_t> used_;      // today, by tenant: closed requests
   std::unordered_map<std::string, int64_t> reserved_;  // by tenant: requests still running
   std::unordered_map<uint64_t, reservation> reservations_;
+  bool dirty_ = false;
 };
 
-result<std::unique_ptr<admission_policy>> make_daily_quota(const admission_config& cfg) {
-  option_reader rd("admission policy 'daily_quota'", cfg.policy_options);
+// The actor: the admission protocol, plus a flush timer of its own.
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
+using quota_actor = admission_gate::extend<caf::reacts_to<flush_atom>>;
+
+struct quota_actor_state {
+  std::shared_ptr<quota_books> books;  // shared with the exit hook that writes the last counts
+  bool flush_pending = false;
+  static inline const char* name = "daily_quota";
+};
+
+quota_actor::behavior_type daily_quota(quota_actor::stateful_pointer<quota_actor_state> self, quota_options o) {
+  self->state.books = std::make_shared<quota_books>(std::move(o));
+  self->attach_functor([books = self->state.books] { books->flush(); });
+  return {
+      [=](admit_atom, const admission_ask& a) { return self->state.books->admit(a); },
+      [=](closed_atom, const admission_usage& u) {
+        auto& st = self->state;
+        st.books->on_closed(u);
+        if (!st.flush_pending) {
+          st.flush_pending = true;
+          self->delayed_send(self, std::chrono::milliseconds(50), flush_atom::value);
+        }
+      },
+      [=](flush_atom) {
+        self->state.flush_pending = false;
+        self->state.books->flush();
+      },
+  };
+}
+
+result<admission_gate_spawner> make_daily_quota(const admission_config& cfg) {
+  option_reader rd("admission actor 'daily_quota'", cfg.policy_options);
   quota_options o;
   o.path = rd.string("path");
   o.daily_tokens = rd.integer("daily_tokens", 0);
@@ -154,7 +213,9 @@ result<std::unique_ptr<admission_policy>> make_daily_quota(const admission_confi
   if (o.path.empty()) rd.fail("path", "give the file that keeps the day's use");
   if (o.daily_tokens < 0) rd.fail("daily_tokens", "must be >= 0 (0: unlimited)");
   if (auto s = rd.finish(); !s) return make_error(s.error());
-  return std::unique_ptr<admission_policy>(new daily_quota(std::move(o)));
+  return admission_gate_spawner([o](caf::actor_system& sys) -> admission_gate {
+    return sys.spawn<caf::detached>(daily_quota, o);  // its own thread: file writes block
+  });
 }
 
 }  // namespace
@@ -162,6 +223,6 @@ result<std::unique_ptr<admission_policy>> make_daily_quota(const admission_confi
 TROUPE_PLUGIN_ABI()
 
 TROUPE_PLUGIN_ENTRY int troupe_plugin_register(troupe_plugin_host* host) {
-  host->add_admission_policy("daily_quota", make_daily_quota);
+  host->add_admission_actor("daily_quota", make_daily_quota);
   return 0;
 }

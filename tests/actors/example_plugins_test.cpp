@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "actors/client.hpp"
@@ -104,36 +105,58 @@ enabled = false
   EXPECT_EQ(order, (std::vector<std::string>{"a1", "b1", "a2", "a3", "a4", "b2", "b3", "b4"}));
 }
 
+// daily_quota is an admission actor: admission asks it about each request and tells it each
+// close; it writes the day's use behind (50 ms) and when it stops.
 TEST(example_plugins, daily_quota_refuses_past_the_quota_and_remembers_it_after_a_restart) {
   test::temp_dir dir("quota");
   auto c = load(dir, "[admission]\npolicy = \"daily_quota\"\n[admission.policy_options]\npath = \"" +
-                         dir.str("state/quota.tsv") + "\"\ndaily_tokens = 40\ntokens_bob = 1000\n");
+                         dir.str("state/quota.tsv") + "\"\ndaily_tokens = 40\ntokens_bob = 1000\n[cache]\nenabled = false\n");
   ASSERT_TRUE(c.ok()) << c.error();
-  auto cfg = to_pipeline(*c).admission;
-  cfg.n_ctx = 512;
-  cfg.n_vocab = 320;
+  test::fake_options fo;
+  auto pc = to_pipeline(*c);
+  auto backend = [fo]() -> result<std::unique_ptr<model::backend>> {
+    return std::unique_ptr<model::backend>(new test::fake_backend(fo));
+  };
+  auto ignoring_eos = [](request_spec s) {
+    s.ignore_eos = true;
+    return s;
+  };
+  runtime rt;
   {
-    admission_state a(cfg, make_byte_codec());
-    ASSERT_EQ(a.policy()->name(), "daily_quota");
+    auto p = pipeline::start(rt.system(), pc, backend, make_byte_codec(fo.n_vocab, fo.eog));
+    ASSERT_TRUE(p.ok()) << p.error();
+    client cl(**p);
     for (int i = 0; i < 2; ++i) {  // 5 prompt + 10 max_tokens each: 15 reserved, 15 used
-      auto d = a.admit(spec("hello", 10, "alice"), 0);
-      ASSERT_TRUE(d.ok) << d.error.message;
-      a.on_closed(d.request.id, 10, 10, finish::length);
+      auto out = cl.submit(ignoring_eos(spec("hello", 10, "alice")))->wait(30s);
+      ASSERT_TRUE(out.ok()) << out.error.message;
     }
-    auto d = a.admit(spec("hello", 10, "alice"), 0);  // 30 + 15 > 40
-    ASSERT_FALSE(d.ok);
-    EXPECT_EQ(d.error.code, errc::rate_limited);
-    EXPECT_NE(d.error.message.find("has used 30 of its 40 tokens today"), std::string::npos) << d.error.message;
-    EXPECT_GT(d.error.retry_after_ms, 0);
-    EXPECT_LE(d.error.retry_after_ms, 86'400'000);
-    EXPECT_TRUE(a.admit(spec("hello", 4, "alice"), 0).ok);  // 30 + 9 fits
-    EXPECT_TRUE(a.admit(spec("hello", 10, "bob"), 0).ok);   // bob has his own quota
-  }
-  // A new admission (a restarted server) reads the day's use back.
-  admission_state again(cfg, make_byte_codec());
-  auto d = again.admit(spec("hello", 10, "alice"), 0);
-  ASSERT_FALSE(d.ok);
-  EXPECT_EQ(d.error.code, errc::rate_limited);
+    auto refused = cl.submit(ignoring_eos(spec("hello", 10, "alice")))->wait(30s);  // 30 + 15 > 40
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.error.code, errc::rate_limited);
+    EXPECT_NE(refused.error.message.find("has used 30 of its 40 tokens today"), std::string::npos)
+        << refused.error.message;
+    EXPECT_GT(refused.error.retry_after_ms, 0);
+    EXPECT_LE(refused.error.retry_after_ms, 86'400'000);
+    EXPECT_TRUE(cl.submit(ignoring_eos(spec("hello", 4, "alice")))->wait(30s).ok());  // 30 + 9 fits
+    EXPECT_TRUE(cl.submit(ignoring_eos(spec("hello", 10, "bob")))->wait(30s).ok());   // bob has his own quota
+  }  // the pipeline stops, and with it the actor, which writes what is left
+  for (int i = 0; i < 200 && !std::ifstream(dir.str("state/quota.tsv")); ++i) std::this_thread::sleep_for(10ms);
+  std::ifstream file(dir.str("state/quota.tsv"));
+  std::string day, line;
+  std::getline(file, day);
+  EXPECT_EQ(day.rfind("day ", 0), 0u) << day;
+  std::set<std::string> lines;
+  while (std::getline(file, line)) lines.insert(line);
+  EXPECT_EQ(lines, (std::set<std::string>{"alice\t39", "bob\t15"})) << "the file holds every close";
+  // A new pipeline (a restarted server) reads the day's use back.
+  auto p = pipeline::start(rt.system(), pc, backend, make_byte_codec(fo.n_vocab, fo.eog));
+  ASSERT_TRUE(p.ok()) << p.error();
+  client cl(**p);
+  auto refused = cl.submit(ignoring_eos(spec("hello", 10, "alice")))->wait(30s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error.code, errc::rate_limited);
+  EXPECT_NE(refused.error.message.find("has used 39 of its 40 tokens today"), std::string::npos)
+      << refused.error.message;
   // Its options are checked when the config is read, naming the key.
   auto bad = load(dir, "[admission]\npolicy = \"daily_quota\"\n[admission.policy_options]\npath = \"x\"\ndaily_token = 5\n");
   ASSERT_FALSE(bad.ok());
@@ -141,30 +164,46 @@ TEST(example_plugins, daily_quota_refuses_past_the_quota_and_remembers_it_after_
   EXPECT_NE(bad.error().find("has no option 'daily_token'"), std::string::npos) << bad.error();
 }
 
+// pattern_stop is a filter actor on the stream's path: the text before the match goes out, the
+// stream ends "filtered", and its sequence is dropped.
 TEST(example_plugins, pattern_stop_ends_a_stream_before_the_match) {
   test::temp_dir dir("pattern");
   auto c = load(dir, R"(
 [[streamer.filters]]
 name = "pattern_stop"
 options = { pattern = "[0-9]{3}-[0-9]{4}", window = 16 }
+[cache]
+enabled = false
 )");
   ASSERT_TRUE(c.ok()) << c.error();
-  auto cfg = to_pipeline(*c).streamer;
-  cfg.buffer_tokens = 0;
-  streamer_state s(cfg, make_byte_codec());
-  stream_open o;
-  o.id = 1;
-  s.open(o);
-  step_output out;
-  for (unsigned char ch : std::string("call me at 555-1234 tonight")) out.tokens.push_back({1, ch, 0.0f, {}});
-  s.on_output(out, 10);
-  std::string text, reason;
-  for (const auto& e : s.take_effects().events) {
-    if (auto* t = std::get_if<token_event>(&e)) text += t->text;
-    if (auto* d = std::get_if<done_event>(&e)) reason = d->finish_reason, text += d->text;
+  // A backend that "generates" a fixed text, one byte per token, whatever the prompt.
+  const std::string said = "call me at 555-1234 tonight, or at 555-9876 tomorrow";
+  test::fake_options fo;
+  fo.step_us = 1000;
+  fo.script = std::vector<int32_t>(said.begin(), said.end());
+  runtime rt;
+  auto p = pipeline::start(rt.system(), to_pipeline(*c),
+                           [fo]() -> result<std::unique_ptr<model::backend>> {
+                             return std::unique_ptr<model::backend>(new test::fake_backend(fo));
+                           },
+                           make_byte_codec(fo.n_vocab, fo.eog));
+  ASSERT_TRUE(p.ok()) << p.error();
+  client cl(**p);
+  auto s = spec("x", static_cast<int32_t>(said.size()), "alice");
+  s.ignore_eos = true;
+  auto out = cl.submit(s)->wait(30s);
+  ASSERT_TRUE(out.ok()) << out.error.message;
+  EXPECT_EQ(out.text, "call me at ");
+  EXPECT_EQ(out.finish_reason, finish::filtered);
+  EXPECT_LT(out.tokens.size(), said.size()) << "the sequence was dropped before its max_tokens";
+  for (int i = 0; i < 200; ++i) {
+    auto st = (*p)->get_scheduler_stats();
+    if (st.ok() && st->kv_blocks_available == st->kv_blocks_total) break;
+    std::this_thread::sleep_for(10ms);
   }
-  EXPECT_EQ(text, "call me at ");
-  EXPECT_EQ(reason, finish::filtered);
+  auto st = (*p)->get_scheduler_stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->kv_blocks_available, st->kv_blocks_total);
 }
 
 TEST(example_plugins, names_from_plugins_check_and_unknown_names_list_them) {

@@ -27,6 +27,9 @@ struct fake_options {
   int64_t step_us = 0;       // sleep per step
   int64_t token_us = 0;      // and per token fed
   int64_t throw_on_call = 0; // 1-based forward call that throws (0: never)
+  // When set, a fixed text: the token after n tokens of history is script[(n - 1) % size]
+  // (so a one-token prompt generates the script from its start).
+  std::vector<int32_t> script;
 };
 
 inline uint64_t fake_hash(const int32_t* t, size_t n) {
@@ -42,6 +45,7 @@ inline uint64_t fake_hash(const int32_t* t, size_t n) {
 }
 
 inline int32_t fake_next(const fake_options& o, const int32_t* t, size_t n) {
+  if (!o.script.empty()) return o.script[(n - 1) % o.script.size()];
   const uint64_t h = fake_hash(t, n);
   if (o.eog_every > 0 && (h >> 40) % static_cast<uint64_t>(o.eog_every) == 0) return o.eog;
   return 32 + static_cast<int32_t>(h % 95);  // printable ASCII

@@ -10,7 +10,7 @@
 
 #include "actors/client.hpp"
 #include "actors/runtime.hpp"
-#include "tests/actors/fake_backend.hpp"
+#include "tests/actors/fake_pipeline.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
@@ -33,19 +33,10 @@ pipeline_config config() {
 }
 
 std::unique_ptr<pipeline> start(runtime& rt, const pipeline_config& c, const fake_options& o) {
-  auto p = pipeline::start(
-      rt.system(), c,
-      [o]() -> result<std::unique_ptr<model::backend>> { return std::unique_ptr<model::backend>(new fake_backend(o)); },
-      make_byte_codec(o.n_vocab, o.eog));
-  EXPECT_TRUE(p.ok()) << p.error();
-  return p.ok() ? std::move(p.value()) : nullptr;
+  return test::start_fake(rt, c, o);
 }
 
-std::string expected_text(const fake_options& o, const std::string& prompt, int32_t n) {
-  std::string s;
-  for (auto t : fake_reference(o, std::vector<int32_t>(prompt.begin(), prompt.end()), n)) s.push_back(static_cast<char>(t));
-  return s;
-}
+std::string expected_text(const fake_options& o, const std::string& prompt, int32_t n) { return test::fake_text(o, prompt, n); }
 
 std::string replace_all(std::string s, const std::string& what, const std::string& with) {
   for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + with.size())) s.replace(at, what.size(), with);
@@ -111,7 +102,7 @@ TEST(pipeline_filters, swapped_filters_apply_to_new_streams) {
   bad.admission.policy = "lottery";
   refused = p->reconfigure(bad);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.error().find("unknown admission policy 'lottery' (known: "), std::string::npos) << refused.error();
+  EXPECT_NE(refused.error().find("unknown admission policy 'lottery' (known policies and actors: "), std::string::npos) << refused.error();
   EXPECT_NE(refused.error().find("token_bucket"), std::string::npos) << refused.error();
   EXPECT_EQ(c.submit(spec(prompt, 40))->wait(10s).finish_reason, finish::filtered);
   // An unchanged config replaces nothing.

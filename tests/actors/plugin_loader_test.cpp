@@ -22,10 +22,12 @@ struct fresh {
   named_registry<admission_policy_factory> admission{"admission policy"};
   named_registry<stream_filter_factory> filters{"stream filter"};
   named_registry<response_cache_factory> caches{"response cache policy"};
+  named_registry<admission_actor_factory> admission_actors{"admission actor"};
+  named_registry<filter_actor_factory> filter_actors{"filter actor"};
   fresh() {
     filters.add("redact", [](const option_map&) -> result<filter_maker> { return make_error("unused"); });
   }
-  plugin_registries all() { return {&scheduling, &admission, &filters, &caches}; }
+  plugin_registries all() { return {&scheduling, &admission, &filters, &caches, &admission_actors, &filter_actors}; }
 };
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -43,8 +45,11 @@ TEST(plugin_loader, example_plugins_register_their_parts) {
   auto c = l.load(example("pattern_stop"));
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_TRUE(f.scheduling.contains("fair_share"));
-  EXPECT_TRUE(f.admission.contains("daily_quota"));
-  EXPECT_TRUE(f.filters.contains("pattern_stop"));
+  EXPECT_EQ(b->registered, std::vector<std::string>{"admission actor 'daily_quota'"});
+  EXPECT_EQ(c->registered, std::vector<std::string>{"filter actor 'pattern_stop'"});
+  EXPECT_TRUE(f.admission_actors.contains("daily_quota"));
+  EXPECT_TRUE(f.filter_actors.contains("pattern_stop"));
+  EXPECT_FALSE(f.filters.contains("pattern_stop"));
   // The factories work, and check their options.
   auto pol = f.scheduling.make("fair_share", policy_options{{{"weight_alice", 3.0}}});
   ASSERT_TRUE(pol.ok()) << pol.error();
@@ -89,6 +94,17 @@ TEST(plugin_loader, a_name_taken_by_troupe_itself_says_so) {
   EXPECT_TRUE(has(r.error(), "stream filter 'redact' of plugin " + broken("builtin_clash") +
                                  " is already registered by troupe itself"))
       << r.error();
+}
+
+TEST(plugin_loader, an_actor_may_not_take_the_name_of_a_policy_or_filter_of_its_kind) {
+  fresh f;
+  plugin_loader l(f.all());
+  auto r = l.load(broken("kind_clash"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(has(r.error(), "filter actor 'redact' of plugin " + broken("kind_clash") +
+                                 " takes the name of an existing stream filter (they share one namespace)"))
+      << r.error();
+  EXPECT_FALSE(f.filter_actors.contains("redact"));
 }
 
 TEST(plugin_loader, missing_files_and_missing_symbols_say_which_and_why) {

@@ -1,6 +1,6 @@
 """Plugins against a real `troupe serve` (issue 7), each loaded through the config file's `plugins`:
-the daily_quota admission policy refuses a tenant past its quota with 429 rate_limited, and
-still does after a restart; output filters (the built-in redact, the pattern_stop plugin)
+the daily_quota admission actor refuses a tenant past its quota with 429 rate_limited, and
+still does after a restart; output filters (the built-in redact, the pattern_stop filter actor plugin)
 swapped in by POST /admin/reload change the streamed text of the next stream, or end it with
 finish_reason "filtered"; a plugin built for another ABI, a name registered twice and an unknown
 name each stop startup with a message naming what is wrong."""
