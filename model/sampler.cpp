@@ -61,8 +61,10 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
 
   // Log-softmax of the penalised logits, for logprobs.
   const float mx = *std::max_element(l.begin(), l.end());
+  // Float exp (each term is in (0, 1]), summed in double: a single-precision exp per logit is
+  // several times cheaper than a double one, and at batch 16 this loop runs 786k times a step.
   double z = 0.0;
-  for (float x : l) z += std::exp(static_cast<double>(x - mx));
+  for (float x : l) z += static_cast<double>(std::exp(x - mx));
   const float log_z = mx + static_cast<float>(std::log(z));
 
   sample_result r;
