@@ -45,6 +45,7 @@ step_result executor_state::run(const step_plan& plan) {
       fed_last[i] = it->second;
     }
     s.n_past = e.n_past;
+    s.n_prompt = e.n_prompt;
     s.block_table = e.block_table;
     s.want_logits = e.sample;
     row_of[i] = static_cast<int>(b.seqs.size());

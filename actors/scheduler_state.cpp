@@ -104,6 +104,7 @@ step_entry scheduler_state::make_entry(seq& s, int32_t n, int64_t now_us) const 
   step_entry e;
   e.seq_id = s.req.id;
   e.n_past = s.n_scheduled;
+  e.n_prompt = static_cast<int32_t>(s.req.prompt.size());
   const int32_t known = static_cast<int32_t>(s.tokens.size());
   const int32_t end = s.n_scheduled + n;
   const int32_t known_end = std::min(end, known);
@@ -262,7 +263,7 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
         unschedule(d, *victim);
         preempt(*victim);
       }
-      const int32_t cached = kv_.add_sequence(id, s.tokens);
+      const int32_t cached = kv_.add_sequence(id, s.tokens, static_cast<int32_t>(s.req.prompt.size()));
       const int32_t n = std::min(virtual_len(s) - cached, d.budget);
       bool ok = kv_.reserve(id, cached + n);
       while (!ok) {
@@ -484,6 +485,7 @@ step_entry scheduler_state::make_pad_entry(const seq& s) const {
   e.seq_id = s.req.id;
   e.tokens = {s.tokens.back()};
   e.n_past = s.n_scheduled;
+  e.n_prompt = static_cast<int32_t>(s.req.prompt.size());
   e.block_table = kv_.block_table(s.req.id);
   e.sample = true;  // computed like any member; the sample is thrown away
   return e;

@@ -28,6 +28,7 @@ struct step_entry {
   bool logprob = false;              // the sample's logprob is wanted
   std::vector<int32_t> recent;       // penalty window (only sent when a penalty is on)
   int64_t n_generated = 0;           // tokens generated before this sample (selects the draw)
+  int32_t n_prompt = 0;              // the sequence's prompt length (model::batch_sequence::n_prompt)
 
   int32_t n_fed() const { return static_cast<int32_t>(tokens.size()) + (feed_last_sample ? 1 : 0); }
 };
@@ -35,7 +36,7 @@ struct step_entry {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_entry& x) {
   return f(caf::meta::type_name("step_entry"), x.seq_id, x.tokens, x.feed_last_sample, x.n_past, x.block_table,
-           x.sample, x.sampling, x.logprob, x.recent, x.n_generated);
+           x.sample, x.sampling, x.logprob, x.recent, x.n_generated, x.n_prompt);
 }
 
 struct step_plan {

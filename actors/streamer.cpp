@@ -122,6 +122,16 @@ void apply(self_ptr self) {
   auto& st = self->state;
   auto fx = st.streams->take_effects();
   if (fx.empty()) return;
+  // Closed streams are reported to admission and the cache before their consumers hear the
+  // end: a client that asks the same again at once finds the answer cached and its slot free.
+  std::vector<uint64_t> closed_ids;
+  auto adm = caf::actor_cast<admission_actor>(st.links.admission);
+  auto cache = caf::actor_cast<cache_actor>(st.links.cache);
+  for (auto& c : fx.closed) {
+    closed_ids.push_back(c.id);
+    if (adm) self->send(adm, closed_atom::value, c.id, static_cast<int32_t>(c.tokens.size()), c.finish_reason);
+    if (cache) self->send(cache, closed_atom::value, std::move(c));
+  }
   std::unordered_set<uint64_t> ended;  // streams whose last event went out now
   for (auto& ev : fx.events) {
     std::visit(
@@ -143,19 +153,17 @@ void apply(self_ptr self) {
     for (auto id : fx.resume) self->send(sched, resume_atom::value, id);
     for (auto id : fx.drop) self->send(sched, drop_atom::value, id);
   }
-  auto adm = caf::actor_cast<admission_actor>(st.links.admission);
-  auto cache = caf::actor_cast<cache_actor>(st.links.cache);
-  for (auto& c : fx.closed) {
-    if (auto r = st.routes.find(c.id); r != st.routes.end()) {
+  for (const auto id : closed_ids) {
+    if (auto r = st.routes.find(id); r != st.routes.end()) {
       // Closed without a last event (its consumer went away): the filter actors forget it too.
-      if (!ended.count(c.id))
-        self->send(r->second.first, error_event{c.id, errc::internal, "the stream's consumer went away", 0});
-      release_route(self, c.id);
+      if (!ended.count(id))
+        self->send(r->second.first, error_event{id, errc::internal, "the stream's consumer went away", 0});
+      release_route(self, id);
     }
-    if (auto it = st.sinks.find(c.id); it != st.sinks.end()) {
+    if (auto it = st.sinks.find(id); it != st.sinks.end()) {
       auto addr = it->second.address();
       if (auto b = st.by_sink.find(addr); b != st.by_sink.end()) {
-        b->second.erase(c.id);
+        b->second.erase(id);
         if (b->second.empty()) {
           self->demonitor(addr);
           st.by_sink.erase(b);
@@ -163,8 +171,6 @@ void apply(self_ptr self) {
       }
       st.sinks.erase(it);
     }
-    if (adm) self->send(adm, closed_atom::value, c.id, static_cast<int32_t>(c.tokens.size()), c.finish_reason);
-    if (cache) self->send(cache, closed_atom::value, std::move(c));
   }
   const auto timeout = detail::ms(st.streams->config().slow_consumer_timeout_ms);
   for (auto& [id, serial] : fx.slow_checks) self->delayed_send(self, timeout, slow_atom::value, id, serial);

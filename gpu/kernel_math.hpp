@@ -106,9 +106,13 @@ TROUPE_HD void rms_norm_row(const float* x, const float* w, float* y, int n, flo
 
 // ---- RoPE ---------------------------------------------------------------------------------
 
-// theta_i = pos * freq_scale * base^(-2i / n_rot), in float as llama.cpp and model/cpu_ops.
+// theta_i = freq_scale * (pos * s * s * ... i times), s = base^(-2 / n_rot): the running float
+// product ggml and model/cpu_ops.cpp's rope_table compute (one pow per pair differs by ulps).
 TROUPE_HD float rope_theta(int32_t pos, int i, int n_rot, float base, float freq_scale) {
-  return static_cast<float>(pos) * freq_scale * powf(base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
+  const float step = powf(base, -2.0f / static_cast<float>(n_rot));
+  float theta = static_cast<float>(pos);
+  for (int k = 0; k < i; ++k) theta *= step;
+  return freq_scale * theta;
 }
 
 // The two elements of a head that pair i (< n_rot / 2) rotates: adjacent for normal (GGUF

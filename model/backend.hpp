@@ -19,6 +19,11 @@ struct batch_sequence {
   int32_t n_past = 0;                 // tokens of this sequence already in KV memory
   std::vector<int32_t> block_table;   // physical blocks covering n_past + tokens.size() positions
   bool want_logits = true;            // logits of the last token are returned
+  // The length of the sequence's prompt (0: not said). Positions inside a prompt of 2 or more
+  // tokens sum their attention in the order llama.cpp uses for a prompt batch, the others in
+  // its order for a decoded token: a position's arithmetic depends on what it is, never on how
+  // the steps were cut (chunked prefill, preemption, batching), and matches llama.cpp's.
+  int32_t n_prompt = 0;
 };
 
 struct batch {

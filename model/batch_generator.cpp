@@ -109,6 +109,7 @@ std::vector<generation_output> batch_generator::run(const std::vector<generation
       bs.tokens.assign(s.all.begin() + s.n_computed, s.all.begin() + s.n_computed + n);
       bs.block_table = kv.block_table(s.index);
       bs.want_logits = s.n_computed + n == prompt_len;
+      bs.n_prompt = prompt_len;
       b.seqs.push_back(std::move(bs));
       in_step.push_back(&s);
       budget -= n;
@@ -141,6 +142,7 @@ std::vector<generation_output> batch_generator::run(const std::vector<generation
       bs.seq_id = s.index;
       bs.n_past = s.n_computed;
       bs.tokens = {s.all.back()};
+      bs.n_prompt = static_cast<int32_t>(reqs[s.index].prompt.size());
       bs.block_table = kv.block_table(s.index);
       b.seqs.push_back(std::move(bs));
       in_step.push_back(&s);

@@ -2,24 +2,98 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace troupe::model {
 
+namespace {
+
+// exp(x) for 8 lanes by ggml's vectorised expf (the Arm optimized-routines one: x = n ln2 + b,
+// |b| <= ln2/2, then a degree-5 polynomial in b scaled by 2^n). Written with AVX + FMA and SSE2
+// integer ops only; it gives the same bits as ggml's AVX-512 version, whose 2^n scaling
+// (vscalefps) is, like the multiplication below, exact or correctly rounded.
+inline __m256 exp8(__m256 x) {
+  const __m256 shifter = _mm256_set1_ps(0x1.8p23f);
+  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shifter);
+  const __m256 n = _mm256_sub_ps(z, shifter);  // round(x / ln2)
+  // b = x - n * ln2, with ln2 split in two for accuracy
+  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 hi = _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f));
+  const __m256 mid = _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f));
+  const __m256 lo = _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f));
+  const __m256 j = _mm256_fmadd_ps(_mm256_fmadd_ps(hi, u, mid), u, lo);
+  const __m256 big = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), n), _mm256_set1_ps(126.0f), _CMP_GT_OQ);
+  if (_mm256_movemask_ps(big) == 0) {
+    // 2^n from the low bits of z (n + 1.5 * 2^23): shift them into the exponent field, add the bias.
+    const __m256i zi = _mm256_castps_si256(z);
+    const __m128i one = _mm_set1_epi32(0x3f800000);
+    const __m128i k_lo = _mm_add_epi32(_mm_slli_epi32(_mm256_castsi256_si128(zi), 23), one);
+    const __m128i k_hi = _mm_add_epi32(_mm_slli_epi32(_mm256_extractf128_si256(zi, 1), 23), one);
+    return _mm256_mul_ps(j, _mm256_castsi256_ps(_mm256_set_m128i(k_hi, k_lo)));
+  }
+  // Rare (|x| > ~87): per lane, as vscalefps would; beyond |n| > 192 ggml saturates to 0 or inf.
+  alignas(32) float jv[8], nv[8];
+  _mm256_store_ps(jv, j);
+  _mm256_store_ps(nv, n);
+  for (int i = 0; i < 8; ++i) {
+    if (std::isnan(nv[i])) continue;
+    if (std::fabs(nv[i]) > 192.0f) jv[i] = nv[i] > 0.0f ? INFINITY : 0.0f;
+    else jv[i] = std::ldexp(jv[i], static_cast<int>(nv[i]));
+  }
+  return _mm256_load_ps(jv);
+}
+
+// Sum of 8 lanes in the order of ggml's horizontal sums (halves, then pairs 0+2 / 1+3, then 0+1).
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+}  // namespace
+
+double exp_sum(const float* x, float shift, float* y, int64_t n) {
+  const __m256 sh = _mm256_set1_ps(shift);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; i += 16) {
+    alignas(32) float in[16], out[16];
+    const int64_t m = std::min<int64_t>(16, n - i);
+    for (int64_t k = 0; k < 16; ++k) in[k] = k < m ? x[i + k] : -INFINITY;  // exp(-inf) = 0, as masked
+    const __m256 lo = exp8(_mm256_sub_ps(_mm256_load_ps(in), sh));
+    const __m256 hi = exp8(_mm256_sub_ps(_mm256_load_ps(in + 8), sh));
+    _mm256_store_ps(out, lo);
+    _mm256_store_ps(out + 8, hi);
+    for (int64_t k = 0; k < m; ++k) y[i + k] = out[k];
+    // a 16-lane reduction as AVX-512 does it: upper 8 + lower 8, then the 8-lane tree
+    sum += static_cast<double>(hsum8(_mm256_add_ps(hi, lo)));
+  }
+  return sum;
+}
+
 void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
+  // Squares rounded to float, summed in double: ggml's order, so that the scale is bit-identical
+  // to llama.cpp's (the f32 residual stream carries outliers of ~1e4, where it shows).
   double ss = 0.0;
-  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  for (int i = 0; i < n; ++i) ss += static_cast<double>(x[i] * x[i]);
   const float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
   for (int i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
 }
 
 void rope_table(int32_t pos, int n_rot, float base, float freq_scale, float* cos_t, float* sin_t) {
+  // As ggml builds it: theta starts at the position and is multiplied by base^(-2/n_rot) once per
+  // pair, a running float product (not one pow per pair: that differs by a few ulps), then
+  // scaled by freq_scale. gpu/kernel_math.hpp's rope_theta computes the same product.
+  const float step = std::pow(base, -2.0f / static_cast<float>(n_rot));
+  float theta = static_cast<float>(pos);
   for (int i = 0; i < n_rot / 2; ++i) {
-    // Same formula as llama.cpp: theta = p * base^(-2i/n_rot), computed in float.
-    const float theta = static_cast<float>(pos) * freq_scale *
-                        std::pow(base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
-    cos_t[i] = std::cos(theta);
-    sin_t[i] = std::sin(theta);
+    const float t = freq_scale * theta;
+    cos_t[i] = std::cos(t);
+    sin_t[i] = std::sin(t);
+    theta *= step;
   }
 }
 
@@ -45,7 +119,14 @@ void apply_rope(float* x, int n_heads, int head_dim, int n_rot, rope_style style
 }
 
 void silu_mul(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
+  int64_t i = 0;
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
   }

@@ -17,8 +17,13 @@ void apply_rope(float* x, int n_heads, int head_dim, int n_rot, rope_style style
 // Fills cos/sin tables for a position: theta_i = pos * freq_scale * base^(-2i / n_rot).
 void rope_table(int32_t pos, int n_rot, float base, float freq_scale, float* cos_t, float* sin_t);
 
-// gate[i] = silu(gate[i]) * up[i]
+// gate[i] = silu(gate[i]) * up[i], with ggml's vectorised expf (the tail of n % 8 uses std::exp).
+// llama.cpp's greedy choices hinge on near-ties, so the exp matches ggml's bits.
 void silu_mul(float* gate, const float* up, int64_t n);
+
+// y[i] = exp(x[i] - shift) for n values (y may be x) by ggml's vectorised expf; returns their sum
+// in ggml's softmax order: float sums of 16 values at a time (zero-padded), accumulated in double.
+double exp_sum(const float* x, float shift, float* y, int64_t n);
 
 void add_inplace(float* y, const float* x, int64_t n);
 

@@ -1,5 +1,6 @@
 #include "model/kv_manager.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace troupe::model {
@@ -7,14 +8,22 @@ namespace troupe::model {
 kv_manager::kv_manager(int32_t n_blocks, int32_t block_size, bool prefix_caching)
     : pool_(n_blocks), block_size_(block_size), prefix_caching_(prefix_caching) {}
 
-int32_t kv_manager::add_sequence(uint64_t seq, const std::vector<int32_t>& prompt) {
+uint64_t kv_manager::hash_of(uint64_t prev, const int32_t* tokens, int32_t block, int32_t n_prompt) const {
+  // Prompt positions in the block: 0 when the prompt has fewer than 2 tokens (computed like
+  // decoded ones).
+  const int32_t in_prompt = n_prompt < 2 ? 0 : std::max(0, std::min(block_size_, n_prompt - block * block_size_));
+  return block_hash(prev, tokens, block_size_) ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(in_prompt + 1));
+}
+
+int32_t kv_manager::add_sequence(uint64_t seq, const std::vector<int32_t>& prompt, int32_t n_prompt) {
   if (seqs_.count(seq)) throw std::logic_error("kv_manager: sequence added twice");
   auto& s = seqs_[seq];
+  s.n_prompt = n_prompt < 0 ? static_cast<int32_t>(prompt.size()) : n_prompt;
   if (!prefix_caching_ || prompt.empty()) return 0;
   const auto max_blocks = static_cast<int32_t>((prompt.size() - 1) / static_cast<size_t>(block_size_));
   uint64_t h = 0;
   for (int32_t b = 0; b < max_blocks; ++b) {
-    h = block_hash(h, prompt.data() + static_cast<size_t>(b) * block_size_, block_size_);
+    h = hash_of(h, prompt.data() + static_cast<size_t>(b) * block_size_, b, s.n_prompt);
     auto id = pool_.acquire_cached(h);
     if (!id) break;
     s.blocks.push_back(*id);
@@ -47,7 +56,7 @@ void kv_manager::commit(uint64_t seq, const std::vector<int32_t>& tokens, int32_
   while (s.hashes.size() < full) {
     size_t b = s.hashes.size();
     uint64_t prev = b ? s.hashes.back() : 0;
-    uint64_t h = block_hash(prev, tokens.data() + b * static_cast<size_t>(block_size_), block_size_);
+    uint64_t h = hash_of(prev, tokens.data() + b * static_cast<size_t>(block_size_), static_cast<int32_t>(b), s.n_prompt);
     pool_.set_hash(s.blocks[b], h);
     s.hashes.push_back(h);
   }

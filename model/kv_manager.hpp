@@ -28,7 +28,11 @@ class kv_manager {
   // Starts a sequence. With prefix caching, takes cached blocks matching the longest prefix of
   // full blocks of `prompt` (leaving at least one prompt token to compute) and returns how many
   // prompt tokens they cover.
-  int32_t add_sequence(uint64_t seq, const std::vector<int32_t>& prompt);
+  // `n_prompt` (-1: all of `prompt`) is how many of the tokens are the request's prompt: a
+  // block's hash also says which of its positions were prompt positions, because those are
+  // computed in llama.cpp's prompt-batch order (batch_sequence::n_prompt), so a block is shared
+  // only where its KV is bit for bit what this sequence would compute.
+  int32_t add_sequence(uint64_t seq, const std::vector<int32_t>& prompt, int32_t n_prompt = -1);
   bool has_sequence(uint64_t seq) const { return seqs_.count(seq) != 0; }
 
   // Blocks needed to grow `seq` to n_tokens in total (0 when it already fits).
@@ -51,7 +55,9 @@ class kv_manager {
     std::vector<int32_t> blocks;
     std::vector<uint64_t> hashes;   // hashes of the leading full blocks already registered
     int32_t n_tokens = 0;           // tokens whose slots are reserved and in use
+    int32_t n_prompt = 0;
   };
+  uint64_t hash_of(uint64_t prev, const int32_t* tokens, int32_t block, int32_t n_prompt) const;
   kv_block_pool pool_;
   int32_t block_size_;
   bool prefix_caching_;

@@ -212,6 +212,15 @@ inline void accumulate(const __m256i (&q)[R], const __m256i (&sgn)[R], const __m
   }
 }
 
+// The min terms as llama.cpp adds them: block after block, each product rounded, then added
+// (the file is ISO C++: no contraction into an FMA). With the 8-lane FMA chain above and hsum's
+// order this is ggml_vec_dot_q4_1_q8_1's arithmetic, bit for bit.
+inline float sum_mins(const float* m, const float* s, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum = sum + m[i] * s[i];
+  return sum;
+}
+
 inline float dot_f32(const float* a, const float* b, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   int64_t i = 0;
@@ -253,7 +262,7 @@ void q8_tile(const kernel_weights& w, const q8_acts& x, int64_t r, int64_t t, fl
   for (int i = 0; i < R; ++i) {
     for (int j = 0; j < T; ++j) {
       float v = hsum(acc[i][j]);
-      if constexpr (Ops::kHasMin) v += dot_f32(corr + i * x.nb_pad, x.s + (t + j) * x.nb_pad, x.nb);
+      if constexpr (Ops::kHasMin) v += sum_mins(corr + i * x.nb_pad, x.s + (t + j) * x.nb_pad, x.nb);
       y[(t + j) * y_stride + r + i] = v;
     }
   }

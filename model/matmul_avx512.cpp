@@ -565,6 +565,232 @@ void float_rows(const kernel_weights& w, const float* x, int64_t x_stride, int64
   }
 }
 
+// ---- 32-element block types (Q4_0, Q4_1, Q8_0) in ggml's order -----------------------------
+// llama.cpp's dot product for these types (ggml_vec_dot_q4_1_q8_1 and friends) keeps 8 float
+// lanes per row, lane l holding elements 4l..4l+3 of a block, and adds block after block in row
+// order: acc = fma(d_w * d_x, float(lane), acc); Q4_1's min terms go to a scalar, block by
+// block (m * s, then +); the result is the 8-lane sum ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)) plus
+// the mins. The integer lane sums are the same here (vpdpbusd sums the same four products), so
+// following that float order gives llama.cpp's matmul results bit for bit, and with them its
+// greedy choices at near-ties (see tests/model/llama_reference_real_model_test.cpp).
+// A 512-bit vector holds block b of two rows (lanes 0-7 row a, 8-15 row b); the activation block
+// is broadcast to both halves. The file is compiled as ISO C++ (-ffp-contract=off), so the
+// separate multiply and add below stay separate.
+
+struct q4_0_pair {
+  static constexpr int kOffset = 8;
+  static constexpr bool kHasMin = false;
+  static void load2(const uint8_t* ra, const uint8_t* rb, int64_t blk, __m512i& q, __m512& s, float*) {
+    const uint8_t* a = ra + blk * sizeof(block_q4_0);
+    const uint8_t* b = rb + blk * sizeof(block_q4_0);
+    q = unpack_nibbles_pair(a + 2, b + 2);
+    s = two_fp16_scales(load_u16(a) | (static_cast<uint32_t>(load_u16(b)) << 16));
+  }
+};
+
+struct q4_1_pair {
+  static constexpr int kOffset = 0;
+  static constexpr bool kHasMin = true;
+  static void load2(const uint8_t* ra, const uint8_t* rb, int64_t blk, __m512i& q, __m512& s, float* mins) {
+    const uint8_t* a = ra + blk * sizeof(block_q4_1);
+    const uint8_t* b = rb + blk * sizeof(block_q4_1);
+    q = unpack_nibbles_pair(a + 4, b + 4);
+    // [dA, mA, dB, mB] in one conversion.
+    const __m128i h = _mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(load_u32(a))),
+                                       static_cast<int>(load_u32(b)), 1);
+    const __m128 f = _mm_cvtph_ps(h);
+    s = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+                              _mm512_castps128_ps512(f));
+    _mm_storel_pi(reinterpret_cast<__m64*>(mins), _mm_shuffle_ps(f, f, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+};
+
+struct q8_0_pair {
+  static constexpr int kOffset = 128;
+  static constexpr bool kHasMin = false;
+  static void load2(const uint8_t* ra, const uint8_t* rb, int64_t blk, __m512i& q, __m512& s, float*) {
+    const uint8_t* a = ra + blk * sizeof(block_q8_0);
+    const uint8_t* b = rb + blk * sizeof(block_q8_0);
+    const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2));
+    const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+    q = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1),
+                         _mm512_set1_epi8(static_cast<char>(0x80)));
+    s = two_fp16_scales(load_u16(a) | (static_cast<uint32_t>(load_u16(b)) << 16));
+  }
+};
+
+// ggml's 8-lane sum.
+inline float sum8(__m256 v) {
+  __m128 r = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
+}
+
+// Row pairs per tile: 4 (8 rows); tokens per tile: 4. 16 accumulators + 4 weight + 4 scale
+// vectors fit the 32 zmm registers.
+constexpr int k_pairs = 4;
+constexpr int k_pair_toks = 4;
+
+// One block of RP row pairs (already loaded) against T tokens.
+template <class Ops, int RP, int T>
+inline void block_step(const __m512i (&q)[RP], const __m512 (&s)[RP], const float* mins, const int8_t* const (&xq)[T],
+                       const float* const (&xd)[T], const float* const (&xs)[T], int64_t blk,
+                       __m512 (&acc)[RP][T], __m256 (&summs)[T]) {
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) {
+    const __m512i xv = _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(xq[t] + 32 * blk)));
+    const __m512 dv = _mm512_set1_ps(xd[t][blk]);
+    __m512i base = _mm512_setzero_si512();
+    if constexpr (Ops::kOffset != 0)
+      base = _mm512_sub_epi32(base, _mm512_dpbusd_epi32(base, _mm512_set1_epi8(static_cast<char>(Ops::kOffset)), xv));
+#pragma GCC unroll 4
+    for (int p = 0; p < RP; ++p) {
+      const __m512i dot = _mm512_dpbusd_epi32(base, q[p], xv);
+      acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(s[p], dv), _mm512_cvtepi32_ps(dot), acc[p][t]);
+    }
+    if constexpr (Ops::kHasMin)
+      summs[t] = _mm256_add_ps(summs[t], _mm256_mul_ps(_mm256_loadu_ps(mins), _mm256_set1_ps(xs[t][blk])));
+  }
+}
+
+template <class Ops, int RP, int T>
+inline void store_pairs(const __m512 (&acc)[RP][T], const __m256 (&summs)[T], int n_rows, int64_t r, int64_t t,
+                        float* y, int64_t y_stride) {
+  for (int j = 0; j < T; ++j) {
+    alignas(32) float m[8];
+    _mm256_store_ps(m, summs[j]);
+    for (int p = 0; p < RP; ++p) {
+      const float lo = sum8(_mm512_castps512_ps256(acc[p][j]));
+      const float hi = sum8(_mm512_extractf32x8_ps(acc[p][j], 1));
+      float* out = y + (t + j) * y_stride + r + 2 * p;
+      if (2 * p < n_rows) out[0] = Ops::kHasMin ? lo + m[2 * p] : lo;
+      if (2 * p + 1 < n_rows) out[1] = Ops::kHasMin ? hi + m[2 * p + 1] : hi;
+    }
+  }
+}
+
+// Up to 2 * RP rows from r (a missing second row of the last pair repeats the first) against
+// tokens [t, t + T), unpacking the weights as it goes (few tokens).
+template <class Ops, int RP, int T>
+void pair_tile(const kernel_weights& w, const q8_acts& x, int64_t r, int n_rows, int64_t t, float* y,
+               int64_t y_stride) {
+  const uint8_t* rows[2 * RP];
+  for (int i = 0; i < 2 * RP; ++i) rows[i] = w.data + (r + (i < n_rows ? i : n_rows - 1)) * w.row_stride;
+  const int8_t* xq[T];
+  const float* xd[T];
+  const float* xs[T];
+  for (int j = 0; j < T; ++j) {
+    xq[j] = x.qs + (t + j) * x.qs_stride;
+    xd[j] = x.d + (t + j) * x.nb_pad;
+    xs[j] = x.s + (t + j) * x.nb_pad;
+  }
+  __m512 acc[RP][T];
+  __m256 summs[T];
+  for (int j = 0; j < T; ++j) {
+    summs[j] = _mm256_setzero_ps();
+    for (int p = 0; p < RP; ++p) acc[p][j] = _mm512_setzero_ps();
+  }
+  alignas(32) float mins[8] = {};
+  for (int64_t b = 0; b < x.nb; ++b) {
+    __m512i q[RP];
+    __m512 s[RP];
+#pragma GCC unroll 4
+    for (int p = 0; p < RP; ++p) Ops::load2(rows[2 * p], rows[2 * p + 1], b, q[p], s[p], mins + 2 * p);
+    block_step<Ops, RP, T>(q, s, mins, xq, xd, xs, b, acc, summs);
+  }
+  store_pairs<Ops, RP, T>(acc, summs, n_rows, r, t, y, y_stride);
+}
+
+// Many tokens: the row tile's blocks are unpacked once (weights, scales, mins: an L1-resident
+// buffer) and every token tile reuses them.
+template <class Ops, int RP>
+void unpack_pairs(const uint8_t* const (&rows)[2 * RP], int64_t nb, __m512i* packed) {
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i* dst = packed + b * (2 * RP + 1);
+    alignas(64) float mins[16] = {};
+    for (int p = 0; p < RP; ++p) {
+      __m512i q;
+      __m512 s;
+      Ops::load2(rows[2 * p], rows[2 * p + 1], b, q, s, mins + 2 * p);
+      _mm512_store_si512(dst + p, q);
+      _mm512_store_si512(dst + RP + p, _mm512_castps_si512(s));
+    }
+    _mm512_store_si512(dst + 2 * RP, _mm512_load_si512(mins));
+  }
+}
+
+template <class Ops, int RP, int T>
+void packed_pair_tile(const __m512i* packed, const q8_acts& x, int n_rows, int64_t r, int64_t t, float* y,
+                      int64_t y_stride) {
+  const int8_t* xq[T];
+  const float* xd[T];
+  const float* xs[T];
+  for (int j = 0; j < T; ++j) {
+    xq[j] = x.qs + (t + j) * x.qs_stride;
+    xd[j] = x.d + (t + j) * x.nb_pad;
+    xs[j] = x.s + (t + j) * x.nb_pad;
+  }
+  __m512 acc[RP][T];
+  __m256 summs[T];
+  for (int j = 0; j < T; ++j) {
+    summs[j] = _mm256_setzero_ps();
+    for (int p = 0; p < RP; ++p) acc[p][j] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < x.nb; ++b) {
+    const __m512i* src = packed + b * (2 * RP + 1);
+    __m512i q[RP];
+    __m512 s[RP];
+#pragma GCC unroll 4
+    for (int p = 0; p < RP; ++p) {
+      q[p] = _mm512_load_si512(src + p);
+      s[p] = _mm512_castsi512_ps(_mm512_load_si512(src + RP + p));
+    }
+    block_step<Ops, RP, T>(q, s, reinterpret_cast<const float*>(src + 2 * RP), xq, xd, xs, b, acc, summs);
+  }
+  store_pairs<Ops, RP, T>(acc, summs, n_rows, r, t, y, y_stride);
+}
+
+template <class Ops, int RP>
+void pair_rows(const kernel_weights& w, const q8_acts& x, int64_t r, int n_rows, int64_t t0, int64_t t1, float* y,
+               int64_t y_stride, __m512i* packed) {
+  int64_t t = t0;
+  if (packed) {
+    const uint8_t* rows[2 * RP];
+    for (int i = 0; i < 2 * RP; ++i) rows[i] = w.data + (r + (i < n_rows ? i : n_rows - 1)) * w.row_stride;
+    unpack_pairs<Ops, RP>(rows, x.nb, packed);
+    for (; t + k_pair_toks <= t1; t += k_pair_toks) packed_pair_tile<Ops, RP, k_pair_toks>(packed, x, n_rows, r, t, y, y_stride);
+    switch (t1 - t) {
+      case 1: packed_pair_tile<Ops, RP, 1>(packed, x, n_rows, r, t, y, y_stride); break;
+      case 2: packed_pair_tile<Ops, RP, 2>(packed, x, n_rows, r, t, y, y_stride); break;
+      case 3: packed_pair_tile<Ops, RP, 3>(packed, x, n_rows, r, t, y, y_stride); break;
+      default: break;
+    }
+    return;
+  }
+  for (; t + k_pair_toks <= t1; t += k_pair_toks) pair_tile<Ops, RP, k_pair_toks>(w, x, r, n_rows, t, y, y_stride);
+  switch (t1 - t) {
+    case 1: pair_tile<Ops, RP, 1>(w, x, r, n_rows, t, y, y_stride); break;
+    case 2: pair_tile<Ops, RP, 2>(w, x, r, n_rows, t, y, y_stride); break;
+    case 3: pair_tile<Ops, RP, 3>(w, x, r, n_rows, t, y, y_stride); break;
+    default: break;
+  }
+}
+
+template <class Ops>
+void ggml_order_kernel(const kernel_weights& w, const q8_acts& x, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
+                       float* y, int64_t y_stride) {
+  __m512i* packed = nullptr;
+  const size_t packed_bytes = static_cast<size_t>(x.nb) * (2 * k_pairs + 1) * sizeof(__m512i);
+  if (t1 - t0 >= k_packed_min_tokens && packed_bytes <= k_max_packed_bytes) {
+    auto addr = reinterpret_cast<uintptr_t>(__builtin_alloca(packed_bytes + 64));
+    packed = reinterpret_cast<__m512i*>((addr + 63) & ~uintptr_t{63});
+  }
+  int64_t r = r0;
+  for (; r + 2 * k_pairs <= r1; r += 2 * k_pairs) pair_rows<Ops, k_pairs>(w, x, r, 2 * k_pairs, t0, t1, y, y_stride, packed);
+  for (; r < r1; r += 2) pair_rows<Ops, 1>(w, x, r, r1 - r >= 2 ? 2 : 1, t0, t1, y, y_stride, packed);
+}
+
 template <class L>
 void float_kernel(const kernel_weights& w, const float* x, int64_t x_stride, int64_t r0,
                   int64_t r1, int64_t t0, int64_t t1, float* y, int64_t y_stride) {
@@ -599,7 +825,7 @@ void quantize_acts(const float* x, int64_t n, int8_t* qs, float* d, float* s) {
 
 const isa_kernels& avx512vnni_kernels() {
   static const isa_kernels k = {
-      q8_kernel<q4_0_ops>,     q8_kernel<q4_1_ops>,     q8_kernel<q8_0_ops>,
+      ggml_order_kernel<q4_0_pair>, ggml_order_kernel<q4_1_pair>, ggml_order_kernel<q8_0_pair>,
       q8_kernel<q4_k_ops>,     q8_kernel<q6_k_ops>,     float_kernel<f32_load>,
       float_kernel<f16_load>,  float_kernel<bf16_load>, quantize_acts,
   };

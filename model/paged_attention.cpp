@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
+#include "model/cpu_ops.hpp"
 #include "model/quant.hpp"
 
 namespace troupe::model {
@@ -54,9 +57,36 @@ void store_t(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, c
   }
 }
 
+// 16 lane values summed as AVX-512's horizontal add does: upper 8 + lower 8, then 4 + 4, then
+// lanes 0+2 and 1+3, then those two. lo and hi are lanes 0-7 and 8-15.
+inline float sum16(__m256 lo, __m256 hi) { return hsum(_mm256_add_ps(hi, lo)); }
+
+// q . k for n a multiple of 64 in ggml_vec_dot_f32's AVX-512 order: four 16-lane FMA accumulators
+// over chunks of 64, combined as (0 + 2) + (1 + 3), then one 16-lane sum.
+inline float dot64(const float* a, const float* b, int n) {
+  __m256 s[4][2];
+  for (auto& r : s) r[0] = r[1] = _mm256_setzero_ps();
+  for (int c = 0; c < n; c += 64)
+    for (int j = 0; j < 4; ++j)
+      for (int h = 0; h < 2; ++h) {
+        const int o = c + 16 * j + 8 * h;
+        s[j][h] = _mm256_fmadd_ps(_mm256_loadu_ps(a + o), _mm256_loadu_ps(b + o), s[j][h]);
+      }
+  const __m256 lo = _mm256_add_ps(_mm256_add_ps(s[0][0], s[2][0]), _mm256_add_ps(s[1][0], s[3][0]));
+  const __m256 hi = _mm256_add_ps(_mm256_add_ps(s[0][1], s[2][1]), _mm256_add_ps(s[1][1], s[3][1]));
+  return sum16(lo, hi);
+}
+
+template <class E>
+void load_row(const typename E::type* src, float* dst, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, E::load8(src + i));
+  for (; i < n; ++i) dst[i] = E::load1(src + i);
+}
+
 template <class E>
 void attend_t(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
-              int group, float scale, float* out, float* scratch) {
+              int group, float scale, float* out, float* scratch, attention_order order) {
   const int hd = kv.head_dim;
   const int bs = kv.block_size;
   const auto* K = static_cast<const typename E::type*>(kv.k);
@@ -65,58 +95,100 @@ void attend_t(const float* q, const kv_layer_view& kv, const int32_t* block_tabl
   float* og = out + static_cast<int64_t>(kv_head) * group * hd;
   const bool simd = hd % 8 == 0 && group <= k_max_group;
 
-  // Scores: scratch[pos * group + j] = q_j . k_pos * scale
-  for (int32_t pos = 0; pos < n_ctx; ++pos) {
-    const auto* kp = K + kv.offset(block_table[pos / bs], kv_head, pos % bs);
-    float* s = scratch + static_cast<int64_t>(pos) * group;
-    if (simd) {
-      __m256 acc[k_max_group];
-      for (int j = 0; j < group; ++j) acc[j] = _mm256_setzero_ps();
-      for (int i = 0; i < hd; i += 8) {
-        const __m256 kf = E::load8(kp + i);
-        for (int j = 0; j < group; ++j)
-          acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + static_cast<int64_t>(j) * hd + i), kf, acc[j]);
-      }
-      for (int j = 0; j < group; ++j) s[j] = hsum(acc[j]) * scale;
-    } else {
-      for (int j = 0; j < group; ++j) {
-        float d = 0.0f;
-        for (int i = 0; i < hd; ++i) d += qg[static_cast<int64_t>(j) * hd + i] * E::load1(kp + i);
-        s[j] = d * scale;
-      }
-    }
-  }
-
-  // Softmax per query head over positions.
-  for (int j = 0; j < group; ++j) {
-    float mx = -INFINITY;
-    for (int32_t pos = 0; pos < n_ctx; ++pos) mx = std::max(mx, scratch[static_cast<int64_t>(pos) * group + j]);
-    float sum = 0.0f;
+  // Scores: scratch[j * n_ctx + pos] = q_j . k_pos * scale, in ggml_vec_dot_f32's order (what
+  // llama.cpp runs for KQ) when the head size allows it.
+  if (simd && hd % 64 == 0) {
+    thread_local std::vector<float> krow;
+    if (krow.size() < static_cast<size_t>(hd)) krow.resize(static_cast<size_t>(hd));
     for (int32_t pos = 0; pos < n_ctx; ++pos) {
-      float& e = scratch[static_cast<int64_t>(pos) * group + j];
-      e = std::exp(e - mx);
-      sum += e;
+      const auto* kp = K + kv.offset(block_table[pos / bs], kv_head, pos % bs);
+      const float* kf;
+      if constexpr (std::is_same_v<E, f32_elems>) {
+        kf = kp;
+      } else {  // fp16: widen the row once for the group's heads
+        load_row<E>(kp, krow.data(), hd);
+        kf = krow.data();
+      }
+      for (int j = 0; j < group; ++j)
+        scratch[static_cast<int64_t>(j) * n_ctx + pos] = dot64(kf, qg + static_cast<int64_t>(j) * hd, hd) * scale;
     }
-    const float inv = 1.0f / sum;
-    for (int32_t pos = 0; pos < n_ctx; ++pos) scratch[static_cast<int64_t>(pos) * group + j] *= inv;
-  }
-
-  // Weighted sum of V.
-  std::fill(og, og + static_cast<int64_t>(group) * hd, 0.0f);
-  for (int32_t pos = 0; pos < n_ctx; ++pos) {
-    const auto* vp = V + kv.offset(block_table[pos / bs], kv_head, pos % bs);
-    const float* w = scratch + static_cast<int64_t>(pos) * group;
-    if (simd) {
-      for (int i = 0; i < hd; i += 8) {
-        const __m256 vf = E::load8(vp + i);
+  } else {
+    for (int32_t pos = 0; pos < n_ctx; ++pos) {
+      const auto* kp = K + kv.offset(block_table[pos / bs], kv_head, pos % bs);
+      float* s = scratch + pos;  // s[j * n_ctx] is head j's score
+      if (simd) {
+        __m256 acc[k_max_group];
+        for (int j = 0; j < group; ++j) acc[j] = _mm256_setzero_ps();
+        for (int i = 0; i < hd; i += 8) {
+          const __m256 kf = E::load8(kp + i);
+          for (int j = 0; j < group; ++j)
+            acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qg + static_cast<int64_t>(j) * hd + i), kf, acc[j]);
+        }
+        for (int j = 0; j < group; ++j) s[static_cast<int64_t>(j) * n_ctx] = hsum(acc[j]) * scale;
+      } else {
         for (int j = 0; j < group; ++j) {
-          float* o = og + static_cast<int64_t>(j) * hd + i;
-          _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_set1_ps(w[j]), vf, _mm256_loadu_ps(o)));
+          float d = 0.0f;
+          for (int i = 0; i < hd; ++i) d += qg[static_cast<int64_t>(j) * hd + i] * E::load1(kp + i);
+          s[static_cast<int64_t>(j) * n_ctx] = d * scale;
         }
       }
-    } else {
+    }
+  }
+
+  // Softmax per query head over positions, in ggml's arithmetic (its expf, sums of 16 in double,
+  // one multiplication by 1/sum): llama.cpp's greedy choices hinge on near-ties.
+  for (int j = 0; j < group; ++j) {
+    float* row = scratch + static_cast<int64_t>(j) * n_ctx;
+    const float mx = *std::max_element(row, row + n_ctx);
+    const auto inv = static_cast<float>(1.0 / exp_sum(row, mx, row, n_ctx));
+    for (int32_t pos = 0; pos < n_ctx; ++pos) row[pos] *= inv;
+  }
+
+  if (!simd) {
+    std::fill(og, og + static_cast<int64_t>(group) * hd, 0.0f);
+    for (int32_t pos = 0; pos < n_ctx; ++pos) {
+      const auto* vp = V + kv.offset(block_table[pos / bs], kv_head, pos % bs);
       for (int j = 0; j < group; ++j)
-        for (int i = 0; i < hd; ++i) og[static_cast<int64_t>(j) * hd + i] += w[j] * E::load1(vp + i);
+        for (int i = 0; i < hd; ++i)
+          og[static_cast<int64_t>(j) * hd + i] += scratch[static_cast<int64_t>(j) * n_ctx + pos] * E::load1(vp + i);
+    }
+    return;
+  }
+
+  // Weighted sum of V, summed over positions as llama.cpp's KQV product does: position p goes to
+  // partial sum p % m (m = 16 lanes for tinyBLAS, 64 = 4 x 16 for ggml_vec_dot_f32), each an FMA
+  // chain in position order, and the partial sums are combined in that kernel's order.
+  const int m = order == attention_order::batch ? 16 : 64;
+  const int rows = std::min<int32_t>(m, n_ctx);  // partial sums beyond n_ctx stay zero: not stored
+  thread_local std::vector<float> part;
+  part.assign(static_cast<size_t>(group) * rows * hd, 0.0f);
+  for (int32_t pos = 0; pos < n_ctx; ++pos) {
+    const auto* vp = V + kv.offset(block_table[pos / bs], kv_head, pos % bs);
+    const int r = pos % m;
+    for (int i = 0; i < hd; i += 8) {
+      const __m256 vf = E::load8(vp + i);
+      for (int j = 0; j < group; ++j) {
+        float* o = part.data() + (static_cast<int64_t>(j) * rows + r) * hd + i;
+        const __m256 w = _mm256_set1_ps(scratch[static_cast<int64_t>(j) * n_ctx + pos]);
+        _mm256_storeu_ps(o, _mm256_fmadd_ps(w, vf, _mm256_loadu_ps(o)));
+      }
+    }
+  }
+  for (int j = 0; j < group; ++j) {
+    const float* pj = part.data() + static_cast<int64_t>(j) * rows * hd;
+    for (int i = 0; i < hd; i += 8) {
+      auto row = [&](int r) {
+        return r < rows ? _mm256_loadu_ps(pj + static_cast<int64_t>(r) * hd + i) : _mm256_setzero_ps();
+      };
+      __m256 lane[16];  // lane l of the 16-wide accumulator, for 8 output dims
+      for (int l = 0; l < 16; ++l)
+        lane[l] = m == 16 ? row(l)
+                          : _mm256_add_ps(_mm256_add_ps(row(l), row(32 + l)), _mm256_add_ps(row(16 + l), row(48 + l)));
+      // AVX-512's horizontal add of 16 lanes: upper 8 + lower 8, 4 + 4, then 0+2 and 1+3, then the two
+      for (int l = 0; l < 8; ++l) lane[l] = _mm256_add_ps(lane[l + 8], lane[l]);
+      for (int l = 0; l < 4; ++l) lane[l] = _mm256_add_ps(lane[l + 4], lane[l]);
+      const __m256 r = _mm256_add_ps(_mm256_add_ps(lane[0], lane[2]), _mm256_add_ps(lane[1], lane[3]));
+      _mm256_storeu_ps(og + static_cast<int64_t>(j) * hd + i, r);
     }
   }
 }
@@ -129,9 +201,11 @@ void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, 
 }
 
 void paged_attention_group(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
-                           int kv_head, int group, float scale, float* out, float* scratch) {
-  if (kv.dtype == kv_dtype::f16) attend_t<f16_elems>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
-  else attend_t<f32_elems>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+                           int kv_head, int group, float scale, float* out, float* scratch, attention_order order) {
+  if (kv.dtype == kv_dtype::f16)
+    attend_t<f16_elems>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch, order);
+  else
+    attend_t<f32_elems>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch, order);
 }
 
 }  // namespace troupe::model

@@ -25,10 +25,18 @@ struct kv_layer_view {
 // Stores one token's K and V (n_kv_heads * head_dim floats each) at position `pos`.
 void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, const float* k, const float* v);
 
+// Which llama.cpp kernel's summation order the weighted sum of V follows (ggml's CPU backend
+// runs tinyBLAS for a KQV product over >= 2 query tokens, ggml_vec_dot_f32 for one).
+enum class attention_order {
+  single,  // the query is the only token of its step (decode)
+  batch,   // the query is one of several tokens of its step (prompt)
+};
+
 // For the query heads [g * group, (g + 1) * group) that share KV head g, attends over positions
 // [0, n_ctx) and writes their outputs. q and out point at the token's first head.
 // scratch must hold n_ctx * group floats.
 void paged_attention_group(const float* q, const kv_layer_view& kv, const int32_t* block_table,
-                           int32_t n_ctx, int kv_head, int group, float scale, float* out, float* scratch);
+                           int32_t n_ctx, int kv_head, int group, float scale, float* out, float* scratch,
+                           attention_order order = attention_order::single);
 
 }  // namespace troupe::model

@@ -8,6 +8,10 @@
 //       chosen id and the top-5 (id, raw logit) of the logits that chose it. Stops a prompt early
 //       at an end-of-generation token (recorded). Writes the text format described in
 //       tests/fixtures/llama_reference/README.md (lines "prompt", "text", "step", "output").
+//       Variants for measuring llama.cpp's own noise floor (the committed fixture uses none):
+//         TROUPE_REF_KV=f16        KV cache in f16 instead of f32
+//         TROUPE_REF_FLASH_ATTN=1  flash attention on
+//         TROUPE_REF_PROMPT_ONE=1  feed the prompt one token per llama_decode instead of one batch
 //   llama_reference tokenize-fixture VOCAB_GGUF INP OUT
 //       Tokenizes every text of INP (separated by "\n__ggml_vocab_test__\n", as llama.cpp's
 //       test-tokenizer-0 reads them) with no BOS/EOS added and special tokens not parsed; writes
@@ -137,9 +141,15 @@ int cmd_greedy(int argc, char ** argv) {
     cp.n_seq_max = 1;
     cp.n_threads = n_threads;
     cp.n_threads_batch = n_threads;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.type_k = GGML_TYPE_F32;
-    cp.type_v = GGML_TYPE_F32;
+    const char * env_kv = getenv("TROUPE_REF_KV");
+    const char * env_fa = getenv("TROUPE_REF_FLASH_ATTN");
+    const char * env_one = getenv("TROUPE_REF_PROMPT_ONE");
+    const bool kv_f16 = env_kv && std::string(env_kv) == "f16";
+    const bool flash_attn = env_fa && atoi(env_fa) != 0;
+    const bool prompt_one = env_one && atoi(env_one) != 0;
+    cp.flash_attn_type = flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = kv_f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    cp.type_v = kv_f16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
     cp.no_perf = true;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) die("could not create context");
@@ -152,8 +162,9 @@ int cmd_greedy(int argc, char ** argv) {
     fprintf(out, "meta n_threads %d\n", n_threads);
     fprintf(out, "meta add_bos %d\n", add_bos ? 1 : 0);
     fprintf(out, "meta n_vocab %d\n", n_vocab);
-    fprintf(out, "meta kv_type f32\n");
-    fprintf(out, "meta flash_attn 0\n");
+    fprintf(out, "meta kv_type %s\n", kv_f16 ? "f16" : "f32");
+    fprintf(out, "meta flash_attn %d\n", flash_attn ? 1 : 0);
+    if (prompt_one) fprintf(out, "meta prompt_batch 1\n");
 
     for (size_t pi = 0; pi < prompts.size(); ++pi) {
         const Prompt & p = prompts[pi];
@@ -166,8 +177,12 @@ int cmd_greedy(int argc, char ** argv) {
         fprintf(out, "\ntext %zu %s\n", pi, hex_encode(p.text).c_str());
 
         llama_memory_clear(llama_get_memory(ctx), true);
-        if (llama_decode(ctx, llama_batch_get_one(toks.data(), int32_t(toks.size()))) != 0)
+        if (prompt_one) {
+            for (llama_token & t : toks)
+                if (llama_decode(ctx, llama_batch_get_one(&t, 1)) != 0) die("decode failed on prompt " + p.name);
+        } else if (llama_decode(ctx, llama_batch_get_one(toks.data(), int32_t(toks.size()))) != 0) {
             die("decode failed on prompt " + p.name);
+        }
 
         std::vector<llama_token> gen;
         std::vector<int> idx(n_vocab);

@@ -92,17 +92,24 @@ TEST(LlamaReferenceRealModel, TokenizerGivesLlamaCppsPromptIds) {
   }
 }
 
-// Greedy tokens and logits. Troupe reproduces llama.cpp's arithmetic for the quantized dot
-// products (same int8 activation codes, fp16-rounded block scales), so the first layers agree to
-// float rounding; but float rounding is not bit-identical (summation order, exp), and SmolLM2's
-// residual stream carries a few huge outlier features (norm ~2e4 from layer 11), where a
-// rounding difference flips an int8 code and grows to ~0.1-1 logit by the last layer. A greedy
-// continuation may therefore legitimately differ where llama.cpp's own top-2 margin is that small.
-// What is asserted:
-//  - every divergence happens at a near-tie: llama.cpp's top-1/top-2 gap at that step < 1.5;
-//  - at least 18 prompts are identical over all 32 steps (the reference has 26);
-//  - while continuations agree, llama.cpp's top-5 logits are reproduced: median |diff| < 0.25
-//    and every |diff| < 1.5 (logits here are 10-35; measured median 0.13, max 1.27).
+// Greedy tokens and logits. Troupe follows ggml's float arithmetic op by op: the quantized
+// matmuls (the same int8 activation codes and fp16-rounded scales, and block products summed in
+// ggml_vec_dot_*'s 8-lane order with Q4_1's mins added block by block), RMSNorm, RoPE (theta as a
+// running product), SiLU and softmax with ggml's exp, and attention summed in the order llama.cpp
+// uses for a prompt batch or for a decoded token (batch_sequence::n_prompt). On this machine the
+// result is bit-identical: 26/26 prompts equal over all 32 steps, every top-5 logit equal.
+// Bit-identity is what it takes: SmolLM2's residual stream carries a few huge outlier features
+// (norm ~2e4 from layer 11), where a 1-ulp difference anywhere flips an int8 activation code and
+// grows to ~0.1-1 logit by the last layer. llama.cpp differs from itself that much: against this
+// reference its KV f16 variant keeps 21/26 prompts identical (top-5 |diff| median 0.13, max 2.0),
+// flash attention 19/26, the prompt fed one token at a time 24/26 (scripts/reference/
+// llama_reference.cpp, TROUPE_REF_* variants). On a CPU whose kernels take other paths (AVX2
+// only: llama.cpp's reference was made with AVX-512), last bits may differ again, so what is
+// asserted leaves that room while keeping the issue's bar:
+//  - at least 24 of the 26 prompts identical over all 32 steps (the issue: 18 of 20, 90%);
+//  - every divergence at a near-tie: llama.cpp's top-1/top-2 gap at that step < 1.5;
+//  - while continuations agree, llama.cpp's top-5 logits reproduced: median |diff| < 0.05 and
+//    every |diff| < 1.5 (logits here are 10-35; measured here: 0 and 0).
 TEST(LlamaReferenceRealModel, GreedyContinuationsAndLogitsMatchLlamaCpp) {
   if (!troupe::test::real_model_available()) GTEST_SKIP() << "real model not fetched";
   auto prompts = load_reference();
@@ -154,6 +161,6 @@ TEST(LlamaReferenceRealModel, GreedyContinuationsAndLogitsMatchLlamaCpp) {
   const float med = diffs[diffs.size() / 2], p99 = diffs[diffs.size() * 99 / 100], mx = diffs.back();
   std::printf("  greedy: %d/%zu prompts identical over all %zu steps\n", all_match, prompts.size(), prompts[0].steps.size());
   std::printf("  top-5 logits: %zu compared, |diff| median %.4f, p99 %.4f, max %.4f\n", diffs.size(), med, p99, mx);
-  EXPECT_LT(med, 0.25f);  // measured 0.13 on this reference
-  EXPECT_GE(all_match, 18);
+  EXPECT_LT(med, 0.05f);  // measured 0 (bit-identical) on this reference
+  EXPECT_GE(all_match, 24);
 }

@@ -265,3 +265,78 @@ TEST(Matmul, MultiMatchesSeparateCalls) {
     }
   }
 }
+
+// Q4_0, Q4_1 and Q8_0 follow llama.cpp's float order exactly (ggml_vec_dot_q*_q8_*: per row 8
+// float lanes, lane l = elements 4l..4l+3 of a block, acc = fma(d_w * d_x, lane, acc) block after
+// block; Q4_1's mins m * s added block by block; then ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)) + mins),
+// so the SIMD paths must equal this plain-C++ statement of that order bit for bit, for any
+// number of tokens (fused and pre-unpacked tiles) and any row count (odd pairs, remainders).
+namespace {
+
+float ggml_order_dot(ggml_type type, const uint8_t* row, const int8_t* q, const float* dx, const float* sx, int64_t nb) {
+  float acc[8] = {};
+  float mins = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t w[32];
+    float dw = 0.0f;
+    if (type == ggml_type::q8_0) {
+      const uint8_t* blk = row + b * 34;
+      dw = fp16_to_fp32(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+      for (int i = 0; i < 32; ++i) w[i] = static_cast<int8_t>(blk[2 + i]);
+    } else {
+      const bool has_min = type == ggml_type::q4_1;
+      const uint8_t* blk = row + b * (has_min ? 20 : 18);
+      dw = fp16_to_fp32(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+      const uint8_t* qs = blk + (has_min ? 4 : 2);
+      for (int i = 0; i < 16; ++i) {
+        w[i] = (qs[i] & 15) - (has_min ? 0 : 8);
+        w[i + 16] = (qs[i] >> 4) - (has_min ? 0 : 8);
+      }
+      if (has_min) {
+        const float m = fp16_to_fp32(static_cast<uint16_t>(blk[2] | blk[3] << 8));
+        const float prod = m * sx[b];
+        mins = mins + prod;
+      }
+    }
+    const float d = dw * dx[b];
+    for (int l = 0; l < 8; ++l) {
+      int32_t sum = 0;
+      for (int e = 4 * l; e < 4 * l + 4; ++e) sum += w[e] * q[b * 32 + e];
+      acc[l] = std::fma(d, static_cast<float>(sum), acc[l]);
+    }
+  }
+  const float r0 = acc[0] + acc[4], r1 = acc[1] + acc[5], r2 = acc[2] + acc[6], r3 = acc[3] + acc[7];
+  return ((r0 + r2) + (r1 + r3)) + mins;
+}
+
+}  // namespace
+
+TEST(Matmul, BlockTypesSumInLlamaCppsOrderBitForBit) {
+  thread_pool pool(2);
+  for (auto type : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q8_0}) {
+    for (auto [n_in, n_out] : std::vector<std::pair<int64_t, int64_t>>{{576, 21}, {96, 8}, {1536, 3}, {32, 1}}) {
+      const auto m = make_matrix(type, n_in, n_out, 77);
+      for (int64_t n_tok : {1, 3, 16, 17}) {
+        const auto x = activations(n_tok, n_in, 78);
+        const int64_t nb = n_in / 32;
+        std::vector<int8_t> q(static_cast<size_t>(n_in));
+        std::vector<float> dx(static_cast<size_t>(nb)), sx(static_cast<size_t>(nb));
+        for (auto isa : supported_isas()) {
+          if (isa == d::isa_kind::scalar) continue;
+          std::vector<float> y(static_cast<size_t>(n_tok * n_out));
+          d::matmul_with_isa(isa, m.view(), x.data(), n_tok, y.data(), pool);
+          for (int64_t t = 0; t < n_tok; ++t) {
+            d::quantize_acts_scalar(x.data() + t * n_in, n_in, q.data(), dx.data(), sx.data());
+            for (int64_t o = 0; o < n_out; ++o) {
+              const float want = ggml_order_dot(type, m.bytes.data() + o * m.stride, q.data(), dx.data(), sx.data(), nb);
+              const float got = y[static_cast<size_t>(t * n_out + o)];
+              ASSERT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
+                  << d::isa_name(isa) << " " << type_name(static_cast<uint32_t>(type)) << " n_in=" << n_in
+                  << " row " << o << " token " << t << ": " << got << " vs " << want;
+            }
+          }
+        }
+      }
+    }
+  }
+}
