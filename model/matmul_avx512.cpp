@@ -580,7 +580,7 @@ void float_rows(const kernel_weights& w, const float* x, int64_t x_stride, int64
 struct q4_0_pair {
   static constexpr int kOffset = 8;
   static constexpr bool kHasMin = false;
-  static void load2(const uint8_t* ra, const uint8_t* rb, int64_t blk, __m512i& q, __m512& s, float*) {
+  static void load2(const uint8_t* ra, const uint8_t* rb, int64_t blk, __m512i& q, __m512& s, __m128&) {
     const uint8_t* a = ra + blk * sizeof(block_q4_0);
     const uint8_t* b = rb + blk * sizeof(block_q4_0);
     q = unpack_nibbles_pair(a + 2, b + 2);
@@ -591,24 +591,24 @@ struct q4_0_pair {
 struct q4_1_pair {
   static constexpr int kOffset = 0;
   static constexpr bool kHasMin = true;
-  static void load2(const uint8_t* ra, const uint8_t* rb, int64_t blk, __m512i& q, __m512& s, float* mins) {
+  // dm: [dA, mA, dB, mB]; mins_of() gathers the m's of four pairs.
+  static void load2(const uint8_t* ra, const uint8_t* rb, int64_t blk, __m512i& q, __m512& s, __m128& dm) {
     const uint8_t* a = ra + blk * sizeof(block_q4_1);
     const uint8_t* b = rb + blk * sizeof(block_q4_1);
     q = unpack_nibbles_pair(a + 4, b + 4);
     // [dA, mA, dB, mB] in one conversion.
     const __m128i h = _mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(load_u32(a))),
                                        static_cast<int>(load_u32(b)), 1);
-    const __m128 f = _mm_cvtph_ps(h);
+    dm = _mm_cvtph_ps(h);
     s = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
-                              _mm512_castps128_ps512(f));
-    _mm_storel_pi(reinterpret_cast<__m64*>(mins), _mm_shuffle_ps(f, f, _MM_SHUFFLE(3, 1, 3, 1)));
+                              _mm512_castps128_ps512(dm));
   }
 };
 
 struct q8_0_pair {
   static constexpr int kOffset = 128;
   static constexpr bool kHasMin = false;
-  static void load2(const uint8_t* ra, const uint8_t* rb, int64_t blk, __m512i& q, __m512& s, float*) {
+  static void load2(const uint8_t* ra, const uint8_t* rb, int64_t blk, __m512i& q, __m512& s, __m128&) {
     const uint8_t* a = ra + blk * sizeof(block_q8_0);
     const uint8_t* b = rb + blk * sizeof(block_q8_0);
     const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2));
@@ -627,14 +627,24 @@ inline float sum8(__m256 v) {
   return _mm_cvtss_f32(r);
 }
 
+// The mins [mA0, mB0, mA1, mB1, ...] of up to four row pairs' [dA, mA, dB, mB], in registers.
+template <int RP>
+inline __m256 mins_of(const __m128 (&dm)[RP]) {
+  const __m128 lo = _mm_shuffle_ps(dm[0], dm[RP > 1 ? 1 : 0], _MM_SHUFFLE(3, 1, 3, 1));
+  if constexpr (RP <= 2) return _mm256_castps128_ps256(lo);
+  const __m128 hi = _mm_shuffle_ps(dm[2], dm[RP > 3 ? 3 : 2], _MM_SHUFFLE(3, 1, 3, 1));
+  return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+}
+
 // Row pairs per tile: 4 (8 rows); tokens per tile: 4. 16 accumulators + 4 weight + 4 scale
 // vectors fit the 32 zmm registers.
 constexpr int k_pairs = 4;
 constexpr int k_pair_toks = 4;
+constexpr int k_pairs_single = 1;  // decode: 2 rows per tile (measured best: 4 and 8 rows in flight are slower)
 
 // One block of RP row pairs (already loaded) against T tokens.
 template <class Ops, int RP, int T>
-inline void block_step(const __m512i (&q)[RP], const __m512 (&s)[RP], const float* mins, const int8_t* const (&xq)[T],
+inline void block_step(const __m512i (&q)[RP], const __m512 (&s)[RP], __m256 mins, const int8_t* const (&xq)[T],
                        const float* const (&xd)[T], const float* const (&xs)[T], int64_t blk,
                        __m512 (&acc)[RP][T], __m256 (&summs)[T]) {
 #pragma GCC unroll 4
@@ -650,7 +660,7 @@ inline void block_step(const __m512i (&q)[RP], const __m512 (&s)[RP], const floa
       acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(s[p], dv), _mm512_cvtepi32_ps(dot), acc[p][t]);
     }
     if constexpr (Ops::kHasMin)
-      summs[t] = _mm256_add_ps(summs[t], _mm256_mul_ps(_mm256_loadu_ps(mins), _mm256_set1_ps(xs[t][blk])));
+      summs[t] = _mm256_add_ps(summs[t], _mm256_mul_ps(mins, _mm256_set1_ps(xs[t][blk])));
   }
 }
 
@@ -691,13 +701,13 @@ void pair_tile(const kernel_weights& w, const q8_acts& x, int64_t r, int n_rows,
     summs[j] = _mm256_setzero_ps();
     for (int p = 0; p < RP; ++p) acc[p][j] = _mm512_setzero_ps();
   }
-  alignas(32) float mins[8] = {};
   for (int64_t b = 0; b < x.nb; ++b) {
     __m512i q[RP];
     __m512 s[RP];
+    __m128 dm[RP];
 #pragma GCC unroll 4
-    for (int p = 0; p < RP; ++p) Ops::load2(rows[2 * p], rows[2 * p + 1], b, q[p], s[p], mins + 2 * p);
-    block_step<Ops, RP, T>(q, s, mins, xq, xd, xs, b, acc, summs);
+    for (int p = 0; p < RP; ++p) Ops::load2(rows[2 * p], rows[2 * p + 1], b, q[p], s[p], dm[p]);
+    block_step<Ops, RP, T>(q, s, Ops::kHasMin ? mins_of<RP>(dm) : _mm256_setzero_ps(), xq, xd, xs, b, acc, summs);
   }
   store_pairs<Ops, RP, T>(acc, summs, n_rows, r, t, y, y_stride);
 }
@@ -708,15 +718,16 @@ template <class Ops, int RP>
 void unpack_pairs(const uint8_t* const (&rows)[2 * RP], int64_t nb, __m512i* packed) {
   for (int64_t b = 0; b < nb; ++b) {
     __m512i* dst = packed + b * (2 * RP + 1);
-    alignas(64) float mins[16] = {};
+    __m128 dm[RP];
     for (int p = 0; p < RP; ++p) {
       __m512i q;
       __m512 s;
-      Ops::load2(rows[2 * p], rows[2 * p + 1], b, q, s, mins + 2 * p);
+      Ops::load2(rows[2 * p], rows[2 * p + 1], b, q, s, dm[p]);
       _mm512_store_si512(dst + p, q);
       _mm512_store_si512(dst + RP + p, _mm512_castps_si512(s));
     }
-    _mm512_store_si512(dst + 2 * RP, _mm512_load_si512(mins));
+    const __m256 mins = Ops::kHasMin ? mins_of<RP>(dm) : _mm256_setzero_ps();
+    _mm512_store_si512(dst + 2 * RP, _mm512_castps_si512(_mm512_castps256_ps512(mins)));
   }
 }
 
@@ -746,7 +757,8 @@ void packed_pair_tile(const __m512i* packed, const q8_acts& x, int n_rows, int64
       q[p] = _mm512_load_si512(src + p);
       s[p] = _mm512_castsi512_ps(_mm512_load_si512(src + RP + p));
     }
-    block_step<Ops, RP, T>(q, s, reinterpret_cast<const float*>(src + 2 * RP), xq, xd, xs, b, acc, summs);
+    block_step<Ops, RP, T>(q, s, _mm512_castps512_ps256(_mm512_castsi512_ps(_mm512_load_si512(src + 2 * RP))), xq, xd, xs, b,
+                           acc, summs);
   }
   store_pairs<Ops, RP, T>(acc, summs, n_rows, r, t, y, y_stride);
 }
@@ -787,6 +799,10 @@ void ggml_order_kernel(const kernel_weights& w, const q8_acts& x, int64_t r0, in
     packed = reinterpret_cast<__m512i*>((addr + 63) & ~uintptr_t{63});
   }
   int64_t r = r0;
+  if (t1 - t0 == 1) {  // decode: bound by DRAM; fewer rows in flight keep the prefetchers on them
+    for (; r + 2 * k_pairs_single <= r1; r += 2 * k_pairs_single)
+      pair_tile<Ops, k_pairs_single, 1>(w, x, r, 2 * k_pairs_single, t0, y, y_stride);
+  }
   for (; r + 2 * k_pairs <= r1; r += 2 * k_pairs) pair_rows<Ops, k_pairs>(w, x, r, 2 * k_pairs, t0, t1, y, y_stride, packed);
   for (; r < r1; r += 2) pair_rows<Ops, 1>(w, x, r, r1 - r >= 2 ? 2 : 1, t0, t1, y, y_stride, packed);
 }
