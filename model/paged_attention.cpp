@@ -97,7 +97,25 @@ void attend_t(const float* q, const kv_layer_view& kv, const int32_t* block_tabl
 
   // Scores: scratch[j * n_ctx + pos] = q_j . k_pos * scale, in ggml_vec_dot_f32's order (what
   // llama.cpp runs for KQ) when the head size allows it.
-  if (simd && hd % 64 == 0) {
+  if (simd && hd == 64) {
+    // The common head size, with the key row widened once into registers for the group's heads:
+    // ggml_vec_dot_f32 on one chunk of 64 is four 16-lane products (FMAs from zero), summed
+    // (0 + 2) + (1 + 3), then one 16-lane sum; register 2c + h holds lanes 8h..8h+7 of product c.
+    const __m256 zero = _mm256_setzero_ps();
+    for (int32_t pos = 0; pos < n_ctx; ++pos) {
+      const auto* kp = K + kv.offset(block_table[pos / bs], kv_head, pos % bs);
+      __m256 k[8];
+      for (int i = 0; i < 8; ++i) k[i] = E::load8(kp + 8 * i);
+      for (int j = 0; j < group; ++j) {
+        const float* qj = qg + static_cast<int64_t>(j) * hd;
+        __m256 p[8];
+        for (int i = 0; i < 8; ++i) p[i] = _mm256_fmadd_ps(k[i], _mm256_loadu_ps(qj + 8 * i), zero);
+        const __m256 lo = _mm256_add_ps(_mm256_add_ps(p[0], p[4]), _mm256_add_ps(p[2], p[6]));
+        const __m256 hi = _mm256_add_ps(_mm256_add_ps(p[1], p[5]), _mm256_add_ps(p[3], p[7]));
+        scratch[static_cast<int64_t>(j) * n_ctx + pos] = sum16(lo, hi) * scale;
+      }
+    }
+  } else if (simd && hd % 64 == 0) {
     thread_local std::vector<float> krow;
     if (krow.size() < static_cast<size_t>(hd)) krow.resize(static_cast<size_t>(hd));
     for (int32_t pos = 0; pos < n_ctx; ++pos) {
@@ -160,22 +178,27 @@ void attend_t(const float* q, const kv_layer_view& kv, const int32_t* block_tabl
   // chain in position order, and the partial sums are combined in that kernel's order.
   const int m = order == attention_order::batch ? 16 : 64;
   const int rows = std::min<int32_t>(m, n_ctx);  // partial sums beyond n_ctx stay zero: not stored
-  thread_local std::vector<float> part;
-  part.assign(static_cast<size_t>(group) * rows * hd, 0.0f);
-  for (int32_t pos = 0; pos < n_ctx; ++pos) {
-    const auto* vp = V + kv.offset(block_table[pos / bs], kv_head, pos % bs);
-    const int r = pos % m;
-    for (int i = 0; i < hd; i += 8) {
-      const __m256 vf = E::load8(vp + i);
-      for (int j = 0; j < group; ++j) {
-        float* o = part.data() + (static_cast<int64_t>(j) * rows + r) * hd + i;
-        const __m256 w = _mm256_set1_ps(scratch[static_cast<int64_t>(j) * n_ctx + pos]);
-        _mm256_storeu_ps(o, _mm256_fmadd_ps(w, vf, _mm256_loadu_ps(o)));
+  thread_local std::vector<float> part;          // one head's partial sums: rows x hd
+  if (part.size() < static_cast<size_t>(rows) * hd) part.resize(static_cast<size_t>(rows) * hd);
+  for (int j = 0; j < group; ++j) {
+    const float* wj = scratch + static_cast<int64_t>(j) * n_ctx;
+    // Partial sum r: positions r, r + m, r + 2m, ... as one FMA chain from zero, kept in registers
+    // 64 dims at a time.
+    for (int i0 = 0; i0 < hd; i0 += 64) {
+      const int n8 = std::min(hd - i0, 64) / 8;
+      for (int r = 0; r < rows; ++r) {
+        __m256 acc[8];
+        for (int k = 0; k < 8; ++k) acc[k] = _mm256_setzero_ps();
+        for (int32_t pos = r; pos < n_ctx; pos += m) {
+          const auto* vp = V + kv.offset(block_table[pos / bs], kv_head, pos % bs) + i0;
+          const __m256 w = _mm256_set1_ps(wj[pos]);
+          for (int k = 0; k < n8; ++k) acc[k] = _mm256_fmadd_ps(w, E::load8(vp + 8 * k), acc[k]);
+        }
+        float* dst = part.data() + static_cast<int64_t>(r) * hd + i0;
+        for (int k = 0; k < n8; ++k) _mm256_storeu_ps(dst + 8 * k, acc[k]);
       }
     }
-  }
-  for (int j = 0; j < group; ++j) {
-    const float* pj = part.data() + static_cast<int64_t>(j) * rows * hd;
+    const float* pj = part.data();
     for (int i = 0; i < hd; i += 8) {
       auto row = [&](int r) {
         return r < rows ? _mm256_loadu_ps(pj + static_cast<int64_t>(r) * hd + i) : _mm256_setzero_ps();
