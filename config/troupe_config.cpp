@@ -51,6 +51,7 @@ model_section::model_section() {
   name = s.model_name;
   backend = s.backend;
   threads = s.backend_threads;
+  cuda_graphs = model::backend_options{}.cuda_graphs;
 }
 
 kv_section::kv_section() {

@@ -35,6 +35,7 @@ struct model_section {
   std::string name;                 // empty: the file name without .gguf
   std::string backend;              // a registered backend ("cpu", "cuda")
   int64_t threads = 0;              // engine threads; 0: all cores
+  bool cuda_graphs = false;         // cuda: decode steps replayed as CUDA graphs
   model_section();
 };
 

@@ -587,6 +587,7 @@ result<std::vector<model::token_logprob>> cuda_backend::sample_last(const std::v
 model::backend_factory cuda_backend_factory() {
   return [](std::shared_ptr<llama_model> m, const backend_options& o) -> result<std::unique_ptr<model::backend>> {
     cuda_options c;
+    c.graphs = o.cuda_graphs;  // model.cuda_graphs
     if (const char* g = std::getenv("TROUPE_CUDA_GRAPHS")) c.graphs = std::string(g) != "0";
     if (const char* g = std::getenv("TROUPE_CUDA_SPLIT")) c.split_activations = std::string(g) != "0";
     auto r = cuda_backend::create(std::move(m), o, c);

@@ -50,6 +50,7 @@ TEST(ServeConfig, DefaultsGiveServesOwnDefaults) {
   EXPECT_EQ(b.block_size, b0.block_size);
   EXPECT_EQ(b.kv_bytes, b0.kv_bytes);
   EXPECT_EQ(b.kv_f32, b0.kv_f32);
+  EXPECT_EQ(b.cuda_graphs, b0.cuda_graphs);
 }
 
 TEST(ServeConfig, EverySectionReachesTheStructItConfigures) {
@@ -63,6 +64,7 @@ resume_window_s = 5
 path = "m.gguf"
 name = "smol"
 threads = 2
+cuda_graphs = false
 [kv]
 memory_mib = 64
 block_size = 32
@@ -129,6 +131,7 @@ max_restarts = 1
   EXPECT_EQ(b.block_size, 32);
   EXPECT_EQ(b.kv_bytes, int64_t{64} << 20);
   EXPECT_TRUE(b.kv_f32);
+  EXPECT_FALSE(b.cuda_graphs);
 }
 
 }  // namespace
