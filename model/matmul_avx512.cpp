@@ -71,106 +71,11 @@ inline __m512i unpack_nibbles_pair(const uint8_t* qa, const uint8_t* qb) {
   return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
 }
 
-// Same for a lone last block: the upper 32 bytes repeat it, the zero activation padding
-// cancels them.
-inline __m512i unpack_nibbles_one(const uint8_t* qa) {
-  __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qa)));
-  v = _mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
-  return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
-}
-
-// ---- per-type weight loaders ------------------------------------------------------------
+// ---- K-quant weight loaders --------------------------------------------------------------
+// (Q4_0, Q4_1 and Q8_0 have their own kernels in llama.cpp's order, below.)
 // A loader walks one weight row in "units" (kUnitBlocks blocks of 32, kPairsPerUnit steps of
 // 64 elements). begin_unit() reads whatever the unit shares (K-quant super-block scales) and
 // writes the unit's per-block min terms into `corr`; load() yields one 64-element step.
-
-struct q4_0_ops {
-  static constexpr int kOffset = 8;
-  static constexpr bool kHasMin = false;
-  static constexpr int kUnitBlocks = 2;
-  static constexpr int kPairsPerUnit = 1;
-  struct state {
-    const uint8_t* p;
-  };
-  static void begin_unit(state& st, const uint8_t* row, int64_t u, float*) {
-    st.p = row + u * 2 * sizeof(block_q4_0);
-  }
-  static void load(const state& st, int, __m512i& q, __m512& s) {
-    const uint8_t* a = st.p;
-    const uint8_t* b = a + sizeof(block_q4_0);
-    q = unpack_nibbles_pair(a + 2, b + 2);
-    s = two_fp16_scales(load_u16(a) | (static_cast<uint32_t>(load_u16(b)) << 16));
-  }
-  static void load_tail(const uint8_t* row, int64_t blk, float*, __m512i& q, __m512& s) {
-    const uint8_t* a = row + blk * sizeof(block_q4_0);
-    q = unpack_nibbles_one(a + 2);
-    s = two_fp16_scales(load_u16(a));
-  }
-};
-
-struct q4_1_ops {
-  static constexpr int kOffset = 0;
-  static constexpr bool kHasMin = true;
-  static constexpr int kUnitBlocks = 2;
-  static constexpr int kPairsPerUnit = 1;
-  struct state {
-    const uint8_t* p;
-    float* corr;
-  };
-  static void begin_unit(state& st, const uint8_t* row, int64_t u, float* corr) {
-    st.p = row + u * 2 * sizeof(block_q4_1);
-    st.corr = corr + 2 * u;
-  }
-  // d and m of both blocks in one conversion: [dA, mA, dB, mB].
-  static void load(const state& st, int, __m512i& q, __m512& s) {
-    const uint8_t* a = st.p;
-    const uint8_t* b = a + sizeof(block_q4_1);
-    q = unpack_nibbles_pair(a + 4, b + 4);
-    const __m128i h = _mm_insert_epi32(_mm_cvtsi32_si128(static_cast<int>(load_u32(a))),
-                                       static_cast<int>(load_u32(b)), 1);
-    const __m128 f = _mm_cvtph_ps(h);
-    s = _mm512_permutexvar_ps(_mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
-                              _mm512_castps128_ps512(f));
-    _mm_storel_pi(reinterpret_cast<__m64*>(st.corr), _mm_shuffle_ps(f, f, _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-  static void load_tail(const uint8_t* row, int64_t blk, float* corr, __m512i& q, __m512& s) {
-    const uint8_t* a = row + blk * sizeof(block_q4_1);
-    q = unpack_nibbles_one(a + 4);
-    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(load_u32(a))));
-    s = _mm512_permutexvar_ps(_mm512_setzero_si512(), _mm512_castps128_ps512(f));
-    corr[blk] = _mm_cvtss_f32(_mm_shuffle_ps(f, f, _MM_SHUFFLE(1, 1, 1, 1)));
-    corr[blk + 1] = 0.0f;
-  }
-};
-
-struct q8_0_ops {
-  static constexpr int kOffset = 128;
-  static constexpr bool kHasMin = false;
-  static constexpr int kUnitBlocks = 2;
-  static constexpr int kPairsPerUnit = 1;
-  struct state {
-    const uint8_t* p;
-  };
-  static void begin_unit(state& st, const uint8_t* row, int64_t u, float*) {
-    st.p = row + u * 2 * sizeof(block_q8_0);
-  }
-  // q ^ 0x80 = q + 128 as an unsigned byte.
-  static void load(const state& st, int, __m512i& q, __m512& s) {
-    const uint8_t* a = st.p;
-    const uint8_t* b = a + sizeof(block_q8_0);
-    const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2));
-    const __m256i qb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-    q = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(qa), qb, 1),
-                         _mm512_set1_epi8(static_cast<char>(0x80)));
-    s = two_fp16_scales(load_u16(a) | (static_cast<uint32_t>(load_u16(b)) << 16));
-  }
-  static void load_tail(const uint8_t* row, int64_t blk, float*, __m512i& q, __m512& s) {
-    const uint8_t* a = row + blk * sizeof(block_q8_0);
-    const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2));
-    q = _mm512_xor_si512(_mm512_zextsi256_si512(qa), _mm512_set1_epi8(static_cast<char>(0x80)));
-    s = two_fp16_scales(load_u16(a));
-  }
-};
 
 // Q4_K: 8 sub-blocks of 32 with 6-bit scales/mins; step k covers sub-blocks 2k and 2k + 1,
 // which are the low and high nibbles of the same 32 bytes.
@@ -211,7 +116,6 @@ struct q4_k_ops {
                                          _mm512_set1_epi32(2 * k));
     s = _mm512_permutexvar_ps(idx, st.scales);
   }
-  static void load_tail(const uint8_t*, int64_t, float*, __m512i&, __m512&) {}
 };
 
 // Q6_K: 16 groups of 16 with int8 scales; step k covers elements 64k .. 64k + 63, i.e. the
@@ -250,7 +154,6 @@ struct q6_k_ops {
         _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0), _mm512_set1_epi32(4 * k));
     s = _mm512_permutexvar_ps(idx, st.scales);
   }
-  static void load_tail(const uint8_t*, int64_t, float*, __m512i&, __m512&) {}
 };
 
 // ---- the tile driver --------------------------------------------------------------------
@@ -330,14 +233,6 @@ inline void for_each_step(const uint8_t* const (&rows)[R], const q8_acts& x, flo
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) Ops::load(st[i], k, q[i], s[i]);
       step(u * Ops::kPairsPerUnit + k, q, s);
-    }
-  }
-  if constexpr (Ops::kUnitBlocks == 2) {
-    if (x.nb & 1) {
-      __m512i q[R];
-      __m512 s[R];
-      for (int i = 0; i < R; ++i) Ops::load_tail(rows[i], x.nb - 1, corr + i * x.nb_pad, q[i], s[i]);
-      step(x.nb / 2, q, s);
     }
   }
 }
