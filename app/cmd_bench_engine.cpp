@@ -16,6 +16,7 @@
 
 #include "app/bench_command.hpp"
 #include "model/batch_generator.hpp"
+#include "model/cpu_backend.hpp"
 #include "model/loaded_model.hpp"
 #include "model/matmul.hpp"
 
@@ -34,6 +35,7 @@ struct bench_options {
   std::vector<int> batches = {1, 4, 16, 64};
   int repeats = 3;
   bool skip_llama = false;
+  std::string matmul = matmul_order_name(backend_options{}.matmul);
 };
 
 double median(std::vector<double> v) {
@@ -151,6 +153,12 @@ int run_bench_engine(const bench_options& o) {
   const int max_b = *std::max_element(o.batches.begin(), o.batches.end());
   backend_options bo;
   bo.n_threads = threads;
+  if (auto order = parse_matmul_order(o.matmul)) {
+    bo.matmul = *order;
+  } else {
+    std::fprintf(stderr, "troupe bench engine: --matmul must be fast or llama.cpp, not '%s'\n", o.matmul.c_str());
+    return 1;
+  }
   bo.kv_bytes = static_cast<int64_t>(max_b) * (o.batch_prompt + o.batch_gen + 32) * hp.n_kv_dim() * hp.n_layer * 2 * 2 +
                 (64ll << 20);
   auto be = make_backend("cpu", lm.value()->weights, bo);
@@ -158,8 +166,10 @@ int run_bench_engine(const bench_options& o) {
     std::fprintf(stderr, "troupe bench engine: %s\n", be.error().c_str());
     return 1;
   }
-  std::fprintf(stderr, "model %s: %d layers, %d embd, %d vocab; %d threads; matmul path %s\n", lm.value()->id.c_str(),
-               hp.n_layer, hp.n_embd, hp.n_vocab, threads, matmul_isa());
+  const auto* cpu = dynamic_cast<const cpu_backend*>(be.value().get());
+  const char* order = matmul_order_name(cpu ? cpu->order() : bo.matmul);
+  std::fprintf(stderr, "model %s: %d layers, %d embd, %d vocab; %d threads; matmul path %s, %s order\n",
+               lm.value()->id.c_str(), hp.n_layer, hp.n_embd, hp.n_vocab, threads, matmul_isa(), order);
 
   // Prefill: one prompt of prefill_tokens, in one step.
   std::vector<double> pp;
@@ -209,7 +219,8 @@ int run_bench_engine(const bench_options& o) {
   auto llama = run_llama(o, threads);
 
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-  std::printf("\n## troupe bench engine — %s, %d threads, matmul path %s\n\n", lm.value()->id.c_str(), threads, matmul_isa());
+  std::printf("\n## troupe bench engine — %s, %d threads, matmul path %s, %s order\n\n", lm.value()->id.c_str(), threads,
+              matmul_isa(), order);
   std::printf("| test | troupe tokens/s | llama.cpp tokens/s | troupe / llama.cpp |\n|---|---|---|---|\n");
   std::printf("| prefill pp%d | %.1f | %.1f | %.2f |\n", o.prefill_tokens, median(pp), llama.pp, ratio(median(pp), llama.pp));
   std::printf("| decode tg%d (1 sequence) | %.1f | %.1f | %.2f |\n", o.decode_tokens, median(tg), llama.tg,
@@ -236,6 +247,7 @@ troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, b
                                    auto o = std::make_shared<bench_options>();
                                    sub.add_option("--model,-m", o->model, "GGUF model file")->capture_default_str();
                                    sub.add_option("--threads", o->threads, "Threads (0 = all cores)");
+                                   sub.add_option("--matmul", o->matmul, "Quantized matmul order: fast or llama.cpp (bit-exact)")->capture_default_str();
                                    sub.add_option("--llama-bin", o->llama_bin, "Folder with llama-bench and llama-batched-bench")
                                        ->capture_default_str();
                                    sub.add_option("--batches", o->batches, "Batch sizes for aggregate decode")->delimiter(',')->capture_default_str();

@@ -26,6 +26,7 @@ struct generate_options {
   sampling_params sampling;
   std::vector<std::string> stops;
   int threads = 0;
+  std::string matmul = matmul_order_name(backend_options{}.matmul);
   bool show_special = false;
 };
 
@@ -61,6 +62,8 @@ int run_generate(const generate_options& o) {
 
   backend_options bo;
   bo.n_threads = o.threads;
+  if (auto order = parse_matmul_order(o.matmul)) bo.matmul = *order;
+  else return fail("--matmul must be fast or llama.cpp, not '" + o.matmul + "'");
   bo.kv_bytes = static_cast<int64_t>(prompt->size() + static_cast<size_t>(o.max_tokens) + 64) *
                     static_cast<int64_t>(m.weights->params().n_kv_dim()) * m.weights->params().n_layer * 4 +
                 (1 << 20);
@@ -117,6 +120,7 @@ troupe::app::register_command reg("generate", "Generate text from a prompt with 
   sub.add_option("--seed,-s", o->sampling.seed, "Random seed (same seed and prompt, same output)");
   sub.add_option("--stop", o->stops, "Stop string (repeatable)");
   sub.add_option("--threads", o->threads, "Threads (0 = all cores)");
+  sub.add_option("--matmul", o->matmul, "Quantized matmul order: llama.cpp (bit-exact) or fast")->capture_default_str();
   sub.add_flag("--special", o->show_special, "Show special tokens in the output");
   return [o]() { return run_generate(*o); };
 });

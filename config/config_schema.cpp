@@ -405,6 +405,7 @@ std::vector<key_spec> make_schema() {
   v.push_back(string_key("model.backend", restart, true, {}, TROUPE_FIELD(model.backend)));
   v.push_back(integer_key("model.threads", restart, 0, 1024, TROUPE_FIELD(model.threads)));
   v.push_back(bool_key("model.cuda_graphs", restart, TROUPE_FIELD(model.cuda_graphs)));
+  v.push_back(string_key("model.matmul", restart, true, {"llama.cpp", "fast"}, TROUPE_FIELD(model.matmul)));
 
   v.push_back(integer_key("kv.memory_mib", restart, 1, mib, TROUPE_FIELD(kv.memory_mib)));
   v.push_back(integer_key("kv.block_size", restart, 1, 1024, TROUPE_FIELD(kv.block_size)));

@@ -52,6 +52,7 @@ model_section::model_section() {
   backend = s.backend;
   threads = s.backend_threads;
   cuda_graphs = model::backend_options{}.cuda_graphs;
+  matmul = model::matmul_order_name(model::backend_options{}.matmul);
 }
 
 kv_section::kv_section() {

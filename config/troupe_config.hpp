@@ -36,6 +36,7 @@ struct model_section {
   std::string backend;              // a registered backend ("cpu", "cuda")
   int64_t threads = 0;              // engine threads; 0: all cores
   bool cuda_graphs = false;         // cuda: decode steps replayed as CUDA graphs
+  std::string matmul;               // cpu: quantized matmul order, "llama.cpp" or "fast"
   model_section();
 };
 

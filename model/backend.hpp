@@ -45,6 +45,7 @@ struct backend_options {
   int64_t kv_bytes = 256ll << 20;     // KV memory budget, allocated once at start
   bool kv_f32 = false;                // K/V in f32 instead of fp16 (twice the memory; bit-closer to f32 references)
   bool cuda_graphs = true;            // cuda: replay decode steps as CUDA graphs per batch-size bucket
+  matmul_order matmul = matmul_order::llama_cpp;  // cpu: quantized matmul summation order (see matmul.hpp)
 };
 
 class backend {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "model/cpu_ops.hpp"
 #include "model/quant.hpp"
@@ -43,6 +44,39 @@ cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& 
   const size_t n = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_kv_dim() * hp.n_layer * (o.kv_f32 ? 4 : 2);
   k_cache_.assign(n, 0);
   v_cache_.assign(n, 0);
+  layers_ = model_->layers();
+  output_ = model_->output();
+  // TROUPE_MATMUL_ORDER=fast|llama.cpp overrides the option (for comparisons and tools).
+  matmul_order want = o.matmul;
+  if (const char* env = std::getenv("TROUPE_MATMUL_ORDER"))
+    if (auto parsed = parse_matmul_order(env)) want = *parsed;
+  if (want == matmul_order::fast) pack_matrices();
+}
+
+// Repacks every quantized matrix into the fast kernels' layout (a copy the size of the
+// weights). Matrices of other types, or all of them on a CPU without those kernels, stay in
+// llama.cpp's order; order() reports fast only when every matrix was packed.
+void cpu_backend::pack_matrices() {
+  bool all = true;
+  auto pack = [&](weight_view& w) {
+    packed_weights p = pack_weights(w);
+    if (!p) {
+      all = false;
+      return;
+    }
+    w.packed = p.bytes.get();
+    packed_.push_back(std::move(p));
+  };
+  for (auto& L : layers_)
+    for (weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*w);
+  pack(output_);
+  order_ = all ? matmul_order::fast : matmul_order::llama_cpp;
+  if (!all) {  // a mix would give other sums than either order: use llama.cpp's everywhere
+    for (auto& L : layers_)
+      for (weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) w->packed = nullptr;
+    output_.packed = nullptr;
+    packed_.clear();
+  }
 }
 
 size_t cpu_backend::kv_bytes_per_token() const {
@@ -144,7 +178,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
   for (const auto& s : b.seqs) max_ctx = std::max(max_ctx, static_cast<size_t>(s.n_past) + s.tokens.size());
 
   for (int il = 0; il < hp.n_layer; ++il) {
-    const auto& L = model_->layers()[static_cast<size_t>(il)];
+    const auto& L = layers_[static_cast<size_t>(il)];
     const kv_layer_view kv = layer_view(il);
 
     for (int64_t t = 0; t < T; ++t) rms_norm(x_.data() + t * ne, L.attn_norm, xn_.data() + t * ne, ne, hp.rms_eps);
@@ -176,7 +210,9 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     // task uses the scratch of the thread that runs it.
     pool_.run_chunks(n_tasks, [&](int64_t task) {
       thread_local std::vector<float> scratch;
-      if (scratch.size() < max_ctx * static_cast<size_t>(group)) scratch.resize(max_ctx * static_cast<size_t>(group));
+      // Grown in steps of 4096 values: one more position per decode step must not reallocate.
+      if (scratch.size() < max_ctx * static_cast<size_t>(group))
+        scratch.resize((max_ctx * static_cast<size_t>(group) + 4095) / 4096 * 4096);
       const int64_t t = task / hp.n_head_kv;
       const int g = static_cast<int>(task % hp.n_head_kv);
       const auto& s = b.seqs[static_cast<size_t>(tok_seq[static_cast<size_t>(t)])];
@@ -212,7 +248,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     rms_norm(x_.data() + logit_rows[static_cast<size_t>(r)] * ne, model_->output_norm(), out_rows_.data() + r * ne, ne,
              hp.rms_eps);
   out.data.resize(static_cast<size_t>(n_out) * hp.n_vocab);
-  matmul(model_->output(), out_rows_.data(), n_out, out.data.data(), pool_);
+  matmul(output_, out_rows_.data(), n_out, out.data.data(), pool_);
   return out;
 }
 

@@ -16,6 +16,8 @@ class cpu_backend final : public backend {
   static result<std::unique_ptr<backend>> create(std::shared_ptr<llama_model> m, const backend_options& o);
 
   std::string name() const override { return "cpu"; }
+  // The matmul order in use: `fast` only where it was asked for and this CPU has its kernels.
+  matmul_order order() const { return order_; }
   const hparams& params() const override { return model_->params(); }
   int32_t n_blocks() const override { return n_blocks_; }
   int32_t block_size() const override { return block_size_; }
@@ -28,12 +30,19 @@ class cpu_backend final : public backend {
   cpu_backend(std::shared_ptr<llama_model> m, const backend_options& o, int32_t n_blocks);
   status validate(const batch& b) const;
   kv_layer_view layer_view(int layer);
+  void pack_matrices();
 
   std::shared_ptr<llama_model> model_;
   thread_pool pool_;
   int32_t block_size_;
   int32_t n_blocks_;
   kv_dtype kv_type_;
+  matmul_order order_ = matmul_order::llama_cpp;
+  // The weights the step multiplies with: the model's views, pointing at packed copies in the
+  // fast order (packed_ owns them).
+  std::vector<layer_weights> layers_;
+  weight_view output_;
+  std::vector<packed_weights> packed_;
   std::vector<uint8_t> k_cache_, v_cache_;  // [layer][block][kv_head][slot][head_dim] of kv_type_
 
   // Step scratch, grown on demand and reused.

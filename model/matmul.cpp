@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/detail/matmul_kernels.hpp"
+#include "model/detail/quant_blocks.hpp"
 #include "model/quant.hpp"
 
 namespace troupe::model {
@@ -106,6 +107,65 @@ float_kernel_fn float_kernel_for(const isa_kernels& k, ggml_type type) {
   }
 }
 
+q8_kernel_fn x16_kernel_for(const x16_kernels& k, ggml_type type) {
+  switch (type) {
+    case ggml_type::q4_0: return k.q4_0;
+    case ggml_type::q4_1: return k.q4_1;
+    case ggml_type::q8_0: return k.q8_0;
+    default: return nullptr;
+  }
+}
+
+int x16_block_bytes(ggml_type type) {
+  switch (type) {
+    case ggml_type::q4_0: return x16_layout::q4_0_block;
+    case ggml_type::q4_1: return x16_layout::q4_1_block;
+    case ggml_type::q8_0: return x16_layout::q8_0_block;
+    default: return 0;
+  }
+}
+
+size_t packed_group_bytes(const weight_view& w) {
+  return static_cast<size_t>(x16_block_bytes(w.type)) * static_cast<size_t>(w.n_in / qk32);
+}
+
+// Block b of rows [16g, 16g + 16) into the fast layout (see x16_layout); rows past n_out are zero.
+void pack_group(const weight_view& w, int64_t g, uint8_t* dst) {
+  const int64_t nb = w.n_in / qk32;
+  const int bb = x16_block_bytes(w.type);
+  const int qs_bytes = w.type == ggml_type::q8_0 ? 512 : 256;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* out = dst + b * bb;
+    std::memset(out, 0, static_cast<size_t>(bb));
+    for (int i = 0; i < x16_layout::rows && g * 16 + i < w.n_out; ++i) {
+      const uint8_t* row = static_cast<const uint8_t*>(w.data) + (g * 16 + i) * w.row_stride;
+      const uint8_t* qs = nullptr;
+      const uint16_t* scales = nullptr;  // d, then (Q4_1) m
+      int n_scales = 1;
+      if (w.type == ggml_type::q4_0) {
+        const auto* blk = reinterpret_cast<const block_q4_0*>(row) + b;
+        qs = blk->qs;
+        scales = &blk->d;
+      } else if (w.type == ggml_type::q4_1) {
+        const auto* blk = reinterpret_cast<const block_q4_1*>(row) + b;
+        qs = blk->qs;
+        scales = &blk->d;
+        n_scales = 2;
+      } else {
+        const auto* blk = reinterpret_cast<const block_q8_0*>(row) + b;
+        qs = reinterpret_cast<const uint8_t*>(blk->qs);
+        scales = &blk->d;
+      }
+      for (int k = 0; k < qs_bytes / 64; ++k)
+        for (int j = 0; j < 4; ++j) {
+          const uint8_t v = qs[4 * k + j];
+          out[64 * k + 4 * i + j] = w.type == ggml_type::q8_0 ? static_cast<uint8_t>(v ^ 0x80) : v;
+        }
+      for (int c = 0; c < n_scales; ++c) std::memcpy(out + qs_bytes + 32 * c + 2 * i, scales + c, 2);
+    }
+  }
+}
+
 }  // namespace
 
 bool isa_supported(isa_kind isa) {
@@ -140,7 +200,7 @@ const char* isa_name(isa_kind isa) {
   return "scalar";
 }
 
-void quantize_acts_scalar(const float* x, int64_t n, int8_t* qs, float* d, float* s) {
+void quantize_acts_scalar(const float* x, int64_t n, int8_t* qs, float* d, float* s, int32_t* sums) {
   for (int64_t b = 0; b < n / 32; ++b, x += 32, qs += 32) {
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
@@ -154,6 +214,7 @@ void quantize_acts_scalar(const float* x, int64_t n, int8_t* qs, float* d, float
     // Scales rounded through fp16 as ggml's block_q8_0 / block_q8_1 store them: the products
     // then match llama.cpp's bit for bit, which keeps greedy decoding on the same path.
     d[b] = round_fp16(db);
+    sums[b] = sum;
     s[b] = round_fp16(db * static_cast<float>(sum));
   }
 }
@@ -180,6 +241,7 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     float_kernel_fn fk;
     float* y;
   };
+  const x16_kernels* x16 = isa == isa_kind::avx512vnni ? &avx512vnni_x16_kernels() : nullptr;
   constexpr int k_max_jobs = 8;
   job jobs[k_max_jobs];
   if (n_mat > k_max_jobs) {  // not a hot-path shape: split and recurse
@@ -198,6 +260,10 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
       j.fk = float_kernel_for(*kernels, w.type);
       j.qk = j.fk ? nullptr : q8_kernel_for(*kernels, w.type);
     }
+    if (w.packed && x16) {
+      j.kw = kernel_weights{static_cast<const uint8_t*>(w.packed), packed_group_bytes(w), w.n_in};
+      j.qk = x16_kernel_for(*x16, w.type);
+    }
     need_acts |= j.qk != nullptr;
     total_rows += w.n_out;
   }
@@ -213,24 +279,28 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     acts.qs_stride = acts.nb_pad * 32;
     const size_t qs_bytes = static_cast<size_t>(n_tok * acts.qs_stride);
     const size_t f_count = static_cast<size_t>(n_tok * acts.nb_pad);
-    uint8_t* buf = act_scratch().get(qs_bytes + 2 * sizeof(float) * f_count);
+    uint8_t* buf = act_scratch().get(qs_bytes + 3 * sizeof(float) * f_count);
     auto* qs = reinterpret_cast<int8_t*>(buf);
     auto* d = reinterpret_cast<float*>(buf + qs_bytes);
     auto* s = d + f_count;
+    auto* sums = reinterpret_cast<int32_t*>(s + f_count);
     acts.qs = qs;
     acts.d = d;
     acts.s = s;
+    acts.sum = sums;
     const quantize_acts_fn quantize = kernels->quantize_acts;
     auto quantize_tokens = [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         int8_t* q = qs + t * acts.qs_stride;
         float* dt = d + t * acts.nb_pad;
         float* st = s + t * acts.nb_pad;
-        quantize(x + t * n_in, acts.nb * 32, q, dt, st);
+        int32_t* sum = sums + t * acts.nb_pad;
+        quantize(x + t * n_in, acts.nb * 32, q, dt, st, sum);
         for (int64_t b = acts.nb; b < acts.nb_pad; ++b) {
           std::memset(q + b * 32, 0, 32);
           dt[b] = 0.0f;
           st[b] = 0.0f;
+          sum[b] = 0;
         }
       }
     };
@@ -280,6 +350,26 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
 }
 
 }  // namespace detail
+
+packed_weights pack_weights(const weight_view& w) {
+  if (!detail::isa_supported(detail::isa_kind::avx512vnni) || detail::best_isa() != detail::isa_kind::avx512vnni) return {};
+  if (detail::x16_block_bytes(w.type) == 0 || w.n_in % detail::qk32 != 0 || w.n_out <= 0 || !w.data) return {};
+  const int64_t groups = (w.n_out + 15) / 16;
+  const size_t group_bytes = detail::packed_group_bytes(w);
+  const size_t total = group_bytes * static_cast<size_t>(groups);
+  auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64));
+  if (!mem) return {};
+  for (int64_t g = 0; g < groups; ++g) detail::pack_group(w, g, mem + static_cast<size_t>(g) * group_bytes);
+  return packed_weights{std::shared_ptr<uint8_t>(mem, [](uint8_t* p) { std::free(p); })};
+}
+
+const char* matmul_order_name(matmul_order o) { return o == matmul_order::fast ? "fast" : "llama.cpp"; }
+
+std::optional<matmul_order> parse_matmul_order(std::string_view name) {
+  if (name == "fast") return matmul_order::fast;
+  if (name == "llama.cpp") return matmul_order::llama_cpp;
+  return std::nullopt;
+}
 
 void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, thread_pool& pool) {
   detail::matmul_multi_with_isa(detail::best_isa(), &w, &y, 1, x, n_tok, pool);

@@ -5,6 +5,8 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "model/cpu_ops.hpp"
+
 namespace troupe::model {
 
 namespace {
@@ -44,7 +46,10 @@ status sampling_params::validate() const {
 
 sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_params& p,
                            const std::vector<int32_t>& recent, int64_t n_generated) {
-  std::vector<float> l(logits, logits + n_vocab);
+  // A per-thread copy of the logits (penalties change it), reused from call to call: at batch
+  // 16 this runs for 16 x n_vocab values every step.
+  thread_local std::vector<float> l, e;
+  l.assign(logits, logits + n_vocab);
 
   // Penalties over the recent window.
   if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
@@ -61,10 +66,9 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
 
   // Log-softmax of the penalised logits, for logprobs.
   const float mx = *std::max_element(l.begin(), l.end());
-  // Float exp (each term is in (0, 1]), summed in double: a single-precision exp per logit is
-  // several times cheaper than a double one, and at batch 16 this loop runs 786k times a step.
-  double z = 0.0;
-  for (float x : l) z += static_cast<double>(std::exp(x - mx));
+  // Float exp (each term is in (0, 1]) vectorised, summed in double (see exp_sum).
+  if (e.size() < l.size()) e.resize(l.size());
+  const double z = exp_sum(l.data(), mx, e.data(), n_vocab);
   const float log_z = mx + static_cast<float>(std::log(z));
 
   sample_result r;

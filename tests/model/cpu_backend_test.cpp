@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -136,7 +137,8 @@ float max_abs_diff(const float* a, const float* b, size_t n) {
 struct fixture {
   std::shared_ptr<llama_model> model;
   std::unique_ptr<backend> be;
-  explicit fixture(const test::synthetic_options& o, int threads = 2, bool kv_f32 = false) {
+  explicit fixture(const test::synthetic_options& o, int threads = 2, bool kv_f32 = false,
+                   matmul_order order = matmul_order::llama_cpp) {
     auto m = llama_model::load(test::make_synthetic_file(o));
     if (!m) throw std::runtime_error(m.error());
     model = m.value();
@@ -144,6 +146,7 @@ struct fixture {
     bo.n_threads = threads;
     bo.kv_bytes = 8ll << 20;
     bo.kv_f32 = kv_f32;
+    bo.matmul = order;
     auto b = make_backend("cpu", model, bo);
     if (!b) throw std::runtime_error(b.error());
     be = std::move(b.value());
@@ -171,6 +174,19 @@ std::vector<int32_t> table_of(int n, int first = 0) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   std::iota(t.begin(), t.end(), first);
   return t;
+}
+
+// All prompts in one step, sequence i in blocks 20 + 2i and 21 + 2i.
+batch batch_of(const std::vector<std::vector<int32_t>>& prompts) {
+  batch b;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    batch_sequence s;
+    s.seq_id = i;
+    s.tokens = prompts[i];
+    s.block_table = table_of(2, 20 + static_cast<int>(i) * 2);
+    b.seqs.push_back(s);
+  }
+  return b;
 }
 
 }  // namespace
@@ -249,15 +265,7 @@ TEST(CpuBackend, BatchedSequencesMatchRunsAlone) {
                                                random_tokens(1, n_vocab, 12), random_tokens(17, n_vocab, 13)};
   std::vector<std::vector<float>> alone;
   for (size_t i = 0; i < prompts.size(); ++i) alone.push_back(f.run(prompts[i], 64, table_of(2, static_cast<int>(i) * 2)));
-  batch b;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    batch_sequence s;
-    s.seq_id = i;
-    s.tokens = prompts[i];
-    s.block_table = table_of(2, 20 + static_cast<int>(i) * 2);
-    b.seqs.push_back(s);
-  }
-  auto r = f.be->forward(b);
+  auto r = f.be->forward(batch_of(prompts));
   ASSERT_TRUE(r.ok()) << r.error();
   ASSERT_EQ(r->seq_ids.size(), prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i)
@@ -316,4 +324,36 @@ TEST(LlamaModel, MissingTensorAndBadArchitectureAreNamed) {
   auto m = llama_model::load(gguf_file::from_bytes(broken).value());
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error().find("unsupported architecture 'lxama'"), std::string::npos) << m.error();
+}
+
+// The fast matmul order (weights repacked 16 rows at a time) computes the same model: within
+// the quantized tolerance of the float reference, and a sequence's logits do not depend on the
+// batch it runs in, bit for bit.
+TEST(CpuBackend, FastMatmulOrderMatchesReferenceAndIsBatchInvariant) {
+  for (auto t : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q8_0}) {
+    test::synthetic_options o;
+    o.matrix_type = t;
+    o.embd_type = t == ggml_type::q4_1 ? ggml_type::q8_0 : t;
+    fixture f(o, 2, false, matmul_order::fast);
+    const auto* cpu = dynamic_cast<const cpu_backend*>(f.be.get());
+    ASSERT_NE(cpu, nullptr);
+    if (cpu->order() != matmul_order::fast) GTEST_SKIP() << "no fast kernels on this CPU (" << matmul_isa() << ")";
+    const int n_vocab = f.model->params().n_vocab;
+    auto toks = random_tokens(19, n_vocab, 3);
+    auto ref = reference_logits(*f.model, toks);
+    auto got = f.run(toks, 64, table_of(2));
+    float scale = 0;
+    for (float v : ref) scale = std::max(scale, std::fabs(v));
+    EXPECT_LT(max_abs_diff(ref.data(), got.data(), ref.size()), 0.05f * scale + 0.05f) << type_name(static_cast<uint32_t>(t));
+
+    std::vector<std::vector<int32_t>> prompts = {random_tokens(5, n_vocab, 10), random_tokens(23, n_vocab, 11),
+                                                 random_tokens(1, n_vocab, 12)};
+    std::vector<std::vector<float>> alone;
+    for (size_t i = 0; i < prompts.size(); ++i) alone.push_back(f.run(prompts[i], 64, table_of(2, static_cast<int>(i) * 2)));
+    auto r = f.be->forward(batch_of(prompts));
+    ASSERT_TRUE(r.ok()) << r.error();
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(std::memcmp(alone[i].data(), r->row(i), alone[i].size() * sizeof(float)), 0)
+          << type_name(static_cast<uint32_t>(t)) << " sequence " << i;
+  }
 }

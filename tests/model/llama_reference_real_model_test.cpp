@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "model/batch_generator.hpp"
+#include "model/cpu_backend.hpp"
 #include "model/loaded_model.hpp"
 #include "tests/support/test_paths.hpp"
 
@@ -110,8 +111,14 @@ TEST(LlamaReferenceRealModel, TokenizerGivesLlamaCppsPromptIds) {
 //  - every divergence at a near-tie: llama.cpp's top-1/top-2 gap at that step < 1.5;
 //  - while continuations agree, llama.cpp's top-5 logits reproduced: median |diff| < 0.05 and
 //    every |diff| < 1.5 (logits here are 10-35; measured here: 0 and 0).
-TEST(LlamaReferenceRealModel, GreedyContinuationsAndLogitsMatchLlamaCpp) {
-  if (!troupe::test::real_model_available()) GTEST_SKIP() << "real model not fetched";
+struct parity {
+  int all_match = 0;
+  float median = 0, p99 = 0, max = 0, max_gap = 0;  // |top-5 logit diff|; the widest top-2 gap diverged at
+  bool ran = false;
+};
+
+// Greedy-decodes the reference prompts in `order`; prints and returns how close to llama.cpp.
+void measure_parity(matmul_order order, parity& out) {
   auto prompts = load_reference();
   auto m = real_model();
   ASSERT_TRUE(m);
@@ -119,8 +126,11 @@ TEST(LlamaReferenceRealModel, GreedyContinuationsAndLogitsMatchLlamaCpp) {
   bo.n_threads = 2;
   bo.kv_bytes = 128ll << 20;
   bo.kv_f32 = true;  // as the reference was made (llama.cpp with f32 K/V)
+  bo.matmul = order;
   auto be = make_backend("cpu", m->weights, bo);
   ASSERT_TRUE(be.ok()) << be.error();
+  const auto* cpu = dynamic_cast<const cpu_backend*>(be.value().get());
+  if (!cpu || cpu->order() != order) return;  // that order has no kernels on this CPU
 
   std::vector<generation_request> reqs;
   for (const auto& p : prompts) {
@@ -147,20 +157,52 @@ TEST(LlamaReferenceRealModel, GreedyContinuationsAndLogitsMatchLlamaCpp) {
       const float gap = top.size() > 1 ? top[0].second - top[1].second : 0.0f;
       std::printf("  %-22s diverges at step %2zu: llama.cpp %d, troupe %d; llama.cpp's top-2 gap there %.3f\n",
                   p.name.c_str(), agree, p.steps[agree].chosen, agree < o.tokens.size() ? o.tokens[agree] : -1, gap);
-      EXPECT_LT(gap, 1.5f) << p.name << ": diverged where llama.cpp's choice was clear";
+      out.max_gap = std::max(out.max_gap, gap);
     }
     for (size_t s = 0; s <= agree && s < p.steps.size() && s < o.logits.size(); ++s)
       for (const auto& [id, logit] : p.steps[s].top) {
         const float d = std::fabs(o.logits[s][static_cast<size_t>(id)] - logit);
         diffs.push_back(d);
-        EXPECT_LT(d, 1.5f) << p.name << " step " << s << " token " << id;
       }
   }
   std::sort(diffs.begin(), diffs.end());
   ASSERT_FALSE(diffs.empty());
   const float med = diffs[diffs.size() / 2], p99 = diffs[diffs.size() * 99 / 100], mx = diffs.back();
-  std::printf("  greedy: %d/%zu prompts identical over all %zu steps\n", all_match, prompts.size(), prompts[0].steps.size());
+  std::printf("  %s order: greedy %d/%zu prompts identical over all %zu steps\n", matmul_order_name(order), all_match,
+              prompts.size(), prompts[0].steps.size());
   std::printf("  top-5 logits: %zu compared, |diff| median %.4f, p99 %.4f, max %.4f\n", diffs.size(), med, p99, mx);
-  EXPECT_LT(med, 0.05f);  // measured 0 (bit-identical) on this reference
-  EXPECT_GE(all_match, 24);
+  out.all_match = all_match;
+  out.median = med;
+  out.p99 = p99;
+  out.max = mx;
+  out.ran = true;
+}
+
+TEST(LlamaReferenceRealModel, GreedyContinuationsAndLogitsMatchLlamaCpp) {
+  if (!troupe::test::real_model_available()) GTEST_SKIP() << "real model not fetched";
+  parity p;
+  measure_parity(matmul_order::llama_cpp, p);
+  ASSERT_TRUE(p.ran);
+  EXPECT_LT(p.max_gap, 1.5f) << "diverged where llama.cpp's choice was clear";
+  EXPECT_LT(p.max, 1.5f);
+  EXPECT_LT(p.median, 0.05f);  // measured 0 (bit-identical) on this reference
+  EXPECT_GE(p.all_match, 24);
+}
+
+// The fast matmul order (model.matmul = "fast") gives up bit-identity for speed: each block's
+// integer product is scaled once instead of in 8 partial sums, a last-bit difference per dot
+// product, which SmolLM2's outlier features grow as described above. Measured: 20/26 prompts
+// identical, top-5 |diff| median 0.127, p99 0.58, max 1.48, every divergence at a top-2 gap
+// < 0.64 -- the spread of llama.cpp against itself with f16 K/V (21/26, median 0.13, max 2.0).
+// Asserted with that spread as the bound: at least 18 of 26 prompts identical, median < 0.2,
+// every |diff| < 2.5, divergences only where llama.cpp's top-2 gap was < 1.5.
+TEST(LlamaReferenceRealModel, FastMatmulOrderStaysWithinLlamaCppsOwnSpread) {
+  if (!troupe::test::real_model_available()) GTEST_SKIP() << "real model not fetched";
+  parity p;
+  measure_parity(matmul_order::fast, p);
+  if (!p.ran) GTEST_SKIP() << "no fast matmul kernels on this CPU";
+  EXPECT_LT(p.max_gap, 1.5f) << "diverged where llama.cpp's choice was clear";
+  EXPECT_LT(p.max, 2.5f);
+  EXPECT_LT(p.median, 0.2f);
+  EXPECT_GE(p.all_match, 18);
 }

@@ -218,14 +218,16 @@ TEST(Matmul, ActivationQuantizersAgree) {
   std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // an all-zero block
   std::vector<int8_t> q_ref(1024), q(1024);
   std::vector<float> d_ref(32), s_ref(32), dd(32), ss(32);
-  d::quantize_acts_scalar(x.data(), 1024, q_ref.data(), d_ref.data(), s_ref.data());
+  std::vector<int32_t> sum_ref(32), sum(32);
+  d::quantize_acts_scalar(x.data(), 1024, q_ref.data(), d_ref.data(), s_ref.data(), sum_ref.data());
   for (auto isa : supported_isas()) {
     const d::isa_kernels* k = isa == d::isa_kind::avx2         ? &d::avx2_kernels()
                               : isa == d::isa_kind::avx512vnni ? &d::avx512vnni_kernels()
                                                                : nullptr;
     if (!k) continue;
-    k->quantize_acts(x.data(), 1024, q.data(), dd.data(), ss.data());
+    k->quantize_acts(x.data(), 1024, q.data(), dd.data(), ss.data(), sum.data());
     EXPECT_EQ(q, q_ref) << d::isa_name(isa);
+    EXPECT_EQ(sum, sum_ref) << d::isa_name(isa);
     EXPECT_EQ(dd, d_ref) << d::isa_name(isa);
     EXPECT_EQ(ss, s_ref) << d::isa_name(isa);
   }
@@ -309,6 +311,37 @@ float ggml_order_dot(ggml_type type, const uint8_t* row, const int8_t* q, const 
   return ((r0 + r2) + (r1 + r3)) + mins;
 }
 
+// The fast order's arithmetic for one (row, token), scalar: per block the exact integer dot
+// product, times (weight scale * activation scale) in one FMA, then (Q4_1) min * block sum in
+// another, block after block.
+float fast_order_dot(ggml_type type, const uint8_t* row, const int8_t* q, const float* dx, const float* sx, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t w[32];
+    float dw = 0.0f, m = 0.0f;
+    const bool has_min = type == ggml_type::q4_1;
+    if (type == ggml_type::q8_0) {
+      const uint8_t* blk = row + b * 34;
+      dw = fp16_to_fp32(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+      for (int i = 0; i < 32; ++i) w[i] = static_cast<int8_t>(blk[2 + i]);
+    } else {
+      const uint8_t* blk = row + b * (has_min ? 20 : 18);
+      dw = fp16_to_fp32(static_cast<uint16_t>(blk[0] | blk[1] << 8));
+      if (has_min) m = fp16_to_fp32(static_cast<uint16_t>(blk[2] | blk[3] << 8));
+      const uint8_t* qs = blk + (has_min ? 4 : 2);
+      for (int i = 0; i < 16; ++i) {
+        w[i] = (qs[i] & 15) - (has_min ? 0 : 8);
+        w[i + 16] = (qs[i] >> 4) - (has_min ? 0 : 8);
+      }
+    }
+    int32_t sum = 0;
+    for (int e = 0; e < 32; ++e) sum += w[e] * q[b * 32 + e];
+    acc = std::fma(static_cast<float>(sum), dw * dx[b], acc);
+    if (has_min) acc = std::fma(m, sx[b], acc);
+  }
+  return acc;
+}
+
 }  // namespace
 
 TEST(Matmul, BlockTypesSumInLlamaCppsOrderBitForBit) {
@@ -321,12 +354,13 @@ TEST(Matmul, BlockTypesSumInLlamaCppsOrderBitForBit) {
         const int64_t nb = n_in / 32;
         std::vector<int8_t> q(static_cast<size_t>(n_in));
         std::vector<float> dx(static_cast<size_t>(nb)), sx(static_cast<size_t>(nb));
+        std::vector<int32_t> sums(static_cast<size_t>(nb));
         for (auto isa : supported_isas()) {
           if (isa == d::isa_kind::scalar) continue;
           std::vector<float> y(static_cast<size_t>(n_tok * n_out));
           d::matmul_with_isa(isa, m.view(), x.data(), n_tok, y.data(), pool);
           for (int64_t t = 0; t < n_tok; ++t) {
-            d::quantize_acts_scalar(x.data() + t * n_in, n_in, q.data(), dx.data(), sx.data());
+            d::quantize_acts_scalar(x.data() + t * n_in, n_in, q.data(), dx.data(), sx.data(), sums.data());
             for (int64_t o = 0; o < n_out; ++o) {
               const float want = ggml_order_dot(type, m.bytes.data() + o * m.stride, q.data(), dx.data(), sx.data(), nb);
               const float got = y[static_cast<size_t>(t * n_out + o)];
@@ -338,5 +372,74 @@ TEST(Matmul, BlockTypesSumInLlamaCppsOrderBitForBit) {
         }
       }
     }
+  }
+}
+
+// The fast order (weights packed 16 rows at a time): every output equals the scalar model of
+// its arithmetic bit for bit, whatever the batch size, the row count (a last group of fewer
+// than 16 rows), the thread split, and stays within the quantization bound of the exact product.
+TEST(Matmul, FastOrderSumsWholeBlocksBitForBit) {
+  thread_pool pool(2);
+  for (auto type : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q8_0}) {
+    for (auto [n_in, n_out] : std::vector<std::pair<int64_t, int64_t>>{{576, 40}, {96, 16}, {1536, 3}, {32, 1}, {64, 200}}) {
+      const auto m = make_matrix(type, n_in, n_out, 91);
+      const packed_weights packed = pack_weights(m.view());
+      if (!packed) GTEST_SKIP() << "no fast kernels on this CPU (" << matmul_isa() << ")";
+      weight_view w = m.view();
+      w.packed = packed.bytes.get();
+      for (int64_t n_tok : {1, 3, 8, 17}) {
+        const auto x = activations(n_tok, n_in, 92);
+        std::vector<float> y(static_cast<size_t>(n_tok * n_out));
+        matmul(w, x.data(), n_tok, y.data(), pool);
+        const int64_t nb = n_in / 32;
+        std::vector<int8_t> q(static_cast<size_t>(n_in));
+        std::vector<float> dx(static_cast<size_t>(nb)), sx(static_cast<size_t>(nb));
+        std::vector<int32_t> sums(static_cast<size_t>(nb));
+        for (int64_t t = 0; t < n_tok; ++t) {
+          d::quantize_acts_scalar(x.data() + t * n_in, n_in, q.data(), dx.data(), sx.data(), sums.data());
+          for (int64_t o = 0; o < n_out; ++o) {
+            const float want = fast_order_dot(type, m.bytes.data() + o * m.stride, q.data(), dx.data(), sx.data(), nb);
+            const float got = y[static_cast<size_t>(t * n_out + o)];
+            ASSERT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
+                << type_name(static_cast<uint32_t>(type)) << " n_in=" << n_in << " row " << o << " token " << t
+                << ": " << got << " vs " << want;
+          }
+        }
+        expect_close_to_reference(m, x, n_tok, y, true, std::string("fast ") + type_name(static_cast<uint32_t>(type)));
+      }
+    }
+  }
+}
+
+// Q/K/V-style calls through matmul_multi mix packed matrices whose row counts are not multiples
+// of 16 (thread chunks then start inside a group): same results as one matmul per matrix.
+TEST(Matmul, FastOrderMultiMatchesSingleCalls) {
+  thread_pool pool(2);
+  const auto a = make_matrix(ggml_type::q4_1, 128, 72, 5), b = make_matrix(ggml_type::q4_1, 128, 24, 6),
+             c = make_matrix(ggml_type::q8_0, 128, 50, 7);
+  const packed_weights pa = pack_weights(a.view()), pb = pack_weights(b.view()), pc = pack_weights(c.view());
+  if (!pa) GTEST_SKIP() << "no fast kernels on this CPU";
+  weight_view ws[3] = {a.view(), b.view(), c.view()};
+  ws[0].packed = pa.bytes.get();
+  ws[1].packed = pb.bytes.get();
+  ws[2].packed = pc.bytes.get();
+  const int64_t n_tok = 11;
+  const auto x = activations(n_tok, 128, 8);
+  std::vector<float> y[3], z[3];
+  float* ys[3];
+  for (int i = 0; i < 3; ++i) {
+    y[i].resize(static_cast<size_t>(n_tok * ws[i].n_out));
+    z[i].resize(y[i].size());
+    ys[i] = y[i].data();
+    matmul(ws[i], x.data(), n_tok, z[i].data(), pool);
+  }
+  matmul_multi(ws, ys, 3, x.data(), n_tok, pool);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(y[i], z[i]) << "matrix " << i;
+}
+
+TEST(Matmul, OnlyBlockTypesWithFastKernelsArePacked) {
+  for (auto type : {ggml_type::f32, ggml_type::f16, ggml_type::q4_k, ggml_type::q6_k}) {
+    const auto m = make_matrix(type, 256, 16, 3);
+    EXPECT_FALSE(pack_weights(m.view())) << type_name(static_cast<uint32_t>(type));
   }
 }

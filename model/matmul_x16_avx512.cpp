@@ -1,0 +1,134 @@
+// The "fast" matmul kernels (AVX-512 VNNI) over weights repacked 16 rows at a time (see
+// x16_layout in detail/matmul_kernels.hpp): one 512-bit lane per row, so a block of 32 inputs
+// costs 8 VPDPBUSD for 16 rows and its integer sum is scaled once, instead of llama.cpp's
+// convert, multiply and FMA per 8 partial sums. Built with AVX-512 flags (see CMakeLists.txt).
+// GCC 12 warns that the intrinsics' own _mm512_undefined_* pass-through may be used
+// uninitialized when a kernel inlines 8 tiles (a false positive: unmasked forms ignore it).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "model/detail/matmul_kernels.hpp"
+
+namespace troupe::model::detail {
+
+namespace {
+
+constexpr int k_x16_toks = 8;  // tokens per tile: 8 float accumulators + 8 integer sums + 8 weights + scales
+
+inline __m512 load_fp16x16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Weight layouts: the block of 16 rows (qs then fp16 scales) turned into 8 registers of
+// unsigned bytes, register k holding elements 4k..4k+3 (Q8_0: as stored) of every row.
+struct q4_0_x16 {
+  static constexpr int kBlockBytes = x16_layout::q4_0_block;
+  static constexpr bool kHasMin = false;
+  static constexpr int kOffset = 8;  // value = (q - 8) * d
+  static void load(const uint8_t* p, __m512i (&q)[8], __m512& d, __m512&) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i v = _mm512_loadu_si512(p + 64 * k);
+      q[k] = _mm512_and_si512(v, m4);
+      q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+    d = load_fp16x16(p + 256);
+  }
+};
+
+struct q4_1_x16 {
+  static constexpr int kBlockBytes = x16_layout::q4_1_block;
+  static constexpr bool kHasMin = true;
+  static constexpr int kOffset = 0;  // value = q * d + m
+  static void load(const uint8_t* p, __m512i (&q)[8], __m512& d, __m512& m) {
+    q4_0_x16::load(p, q, d, m);
+    m = load_fp16x16(p + 288);
+  }
+};
+
+struct q8_0_x16 {
+  static constexpr int kBlockBytes = x16_layout::q8_0_block;
+  static constexpr bool kHasMin = false;
+  static constexpr int kOffset = 128;  // stored as q + 128 (unsigned for VPDPBUSD)
+  static void load(const uint8_t* p, __m512i (&q)[8], __m512& d, __m512&) {
+    for (int k = 0; k < 8; ++k) q[k] = _mm512_loadu_si512(p + 64 * k);
+    d = load_fp16x16(p + 512);
+  }
+};
+
+// 16 rows of group g against tokens [t, t + T): per block, the integer dot product of the whole
+// block (exact), times d_w * d_x, plus (Q4_1) m_w * s_x, accumulated block by block in that
+// order. The arithmetic of one (row, token) never depends on T or on the other rows.
+template <class L, int T>
+void x16_tile(const uint8_t* group, const q8_acts& x, int64_t t, __m512 (&acc)[T]) {
+  const int32_t* xq[T];
+  const float* xd[T];
+  const float* xs[T];
+  const int32_t* xsum[T];
+  for (int j = 0; j < T; ++j) {
+    xq[j] = reinterpret_cast<const int32_t*>(x.qs + (t + j) * x.qs_stride);
+    xd[j] = x.d + (t + j) * x.nb_pad;
+    xs[j] = x.s + (t + j) * x.nb_pad;
+    xsum[j] = x.sum + (t + j) * x.nb_pad;
+    acc[j] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < x.nb; ++b, group += L::kBlockBytes) {
+    __m512i q[8];
+    __m512 d, m = _mm512_setzero_ps();
+    L::load(group, q, d, m);
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) {
+      const int32_t* xb = xq[j] + 8 * b;
+      __m512i s = L::kOffset ? _mm512_set1_epi32(-L::kOffset * xsum[j][b]) : _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, q[k], _mm512_set1_epi32(xb[k]));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(xd[j][b])), acc[j]);
+      if constexpr (L::kHasMin) acc[j] = _mm512_fmadd_ps(m, _mm512_set1_ps(xs[j][b]), acc[j]);
+    }
+  }
+}
+
+template <class L, int T>
+void x16_store(const uint8_t* group, const q8_acts& x, int64_t t, __mmask16 rows, float* y, int64_t y_stride) {
+  __m512 acc[T];
+  x16_tile<L, T>(group, x, t, acc);
+  for (int j = 0; j < T; ++j) _mm512_mask_storeu_ps(y + (t + j) * y_stride, rows, acc[j]);
+}
+
+// w.data: the packed matrix; w.row_stride: bytes per group of 16 rows. Rows [r0, r1) need not
+// be multiples of 16: a partly covered group is computed whole and stored masked.
+template <class L>
+void x16_kernel(const kernel_weights& w, const q8_acts& x, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
+                float* y, int64_t y_stride) {
+  for (int64_t g = r0 / 16; g * 16 < r1; ++g) {
+    const int64_t lo = std::max<int64_t>(r0 - g * 16, 0);
+    const int64_t hi = std::min<int64_t>(r1 - g * 16, 16);
+    const auto rows = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+    const uint8_t* group = w.data + g * static_cast<int64_t>(w.row_stride);
+    float* yg = y + g * 16;
+    int64_t t = t0;
+    for (; t + k_x16_toks <= t1; t += k_x16_toks) x16_store<L, k_x16_toks>(group, x, t, rows, yg, y_stride);
+    switch (t1 - t) {
+      case 1: x16_store<L, 1>(group, x, t, rows, yg, y_stride); break;
+      case 2: x16_store<L, 2>(group, x, t, rows, yg, y_stride); break;
+      case 3: x16_store<L, 3>(group, x, t, rows, yg, y_stride); break;
+      case 4: x16_store<L, 4>(group, x, t, rows, yg, y_stride); break;
+      case 5: x16_store<L, 5>(group, x, t, rows, yg, y_stride); break;
+      case 6: x16_store<L, 6>(group, x, t, rows, yg, y_stride); break;
+      case 7: x16_store<L, 7>(group, x, t, rows, yg, y_stride); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace
+
+const x16_kernels& avx512vnni_x16_kernels() {
+  static const x16_kernels k = {x16_kernel<q4_0_x16>, x16_kernel<q4_1_x16>, x16_kernel<q8_0_x16>};
+  return k;
+}
+
+}  // namespace troupe::model::detail
