@@ -35,7 +35,7 @@ struct bench_options {
   std::vector<int> batches = {1, 4, 16, 64};
   int repeats = 3;
   bool skip_llama = false;
-  std::string matmul = matmul_order_name(backend_options{}.matmul);
+  std::string matmul = "both";
 };
 
 double median(std::vector<double> v) {
@@ -142,64 +142,53 @@ llama_figures run_llama(const bench_options& o, int threads) {
   return f;
 }
 
-int run_bench_engine(const bench_options& o) {
-  auto lm = loaded_model::load(o.model);
-  if (!lm) {
-    std::fprintf(stderr, "troupe bench engine: %s\n", lm.error().c_str());
-    return 1;
+// Troupe's figures in one matmul order, on a backend built for it.
+struct troupe_figures {
+  matmul_order order = matmul_order::llama_cpp;
+  std::vector<double> pp, tg;
+  std::vector<std::pair<int, double>> agg;  // batch size, aggregate decode tokens/s
+  kv_usage peak;
+  size_t kv_bytes_per_token = 0;
+  int32_t block_size = 0;
+  double at(int b) const {
+    for (auto [bb, tps] : agg)
+      if (bb == b) return tps;
+    return 0.0;
   }
-  const auto& hp = lm.value()->weights->params();
-  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int max_b = *std::max_element(o.batches.begin(), o.batches.end());
-  backend_options bo;
-  bo.n_threads = threads;
-  if (auto order = parse_matmul_order(o.matmul)) {
-    bo.matmul = *order;
-  } else {
-    std::fprintf(stderr, "troupe bench engine: --matmul must be fast or llama.cpp, not '%s'\n", o.matmul.c_str());
-    return 1;
-  }
-  bo.kv_bytes = static_cast<int64_t>(max_b) * (o.batch_prompt + o.batch_gen + 32) * hp.n_kv_dim() * hp.n_layer * 2 * 2 +
-                (64ll << 20);
-  auto be = make_backend("cpu", lm.value()->weights, bo);
-  if (!be) {
-    std::fprintf(stderr, "troupe bench engine: %s\n", be.error().c_str());
-    return 1;
-  }
-  const auto* cpu = dynamic_cast<const cpu_backend*>(be.value().get());
-  const char* order = matmul_order_name(cpu ? cpu->order() : bo.matmul);
-  std::fprintf(stderr, "model %s: %d layers, %d embd, %d vocab; %d threads; matmul path %s, %s order\n",
-               lm.value()->id.c_str(), hp.n_layer, hp.n_embd, hp.n_vocab, threads, matmul_isa(), order);
+};
 
+troupe_figures measure_troupe(backend& be, const bench_options& o, matmul_order order) {
+  const auto& hp = be.params();
+  troupe_figures f;
+  f.order = order;
+  f.kv_bytes_per_token = be.kv_bytes_per_token();
+  f.block_size = be.block_size();
+  const char* name = matmul_order_name(order);
   // Prefill: one prompt of prefill_tokens, in one step.
-  std::vector<double> pp;
   for (int r = 0; r < o.repeats; ++r) {
-    batch_generator gen(*be.value(), o.prefill_tokens);
+    batch_generator gen(be, o.prefill_tokens);
     generation_request req;
     req.prompt = random_prompt(o.prefill_tokens, hp.n_vocab, 1 + static_cast<uint32_t>(r));
     req.max_tokens = 1;
     generation_stats st;
     gen.run({req}, &st);
-    pp.push_back(st.prompt_tokens / st.prefill_seconds);
-    std::fprintf(stderr, "  prefill run %d: %.1f tokens/s\n", r + 1, pp.back());
+    f.pp.push_back(st.prompt_tokens / st.prefill_seconds);
+    std::fprintf(stderr, "  %s: prefill run %d: %.1f tokens/s\n", name, r + 1, f.pp.back());
   }
   // Single-sequence decode: a short prompt, then decode_tokens generated.
-  std::vector<double> tg;
   for (int r = 0; r < o.repeats; ++r) {
-    batch_generator gen(*be.value(), 512);
+    batch_generator gen(be, 512);
     generation_request req;
     req.prompt = random_prompt(16, hp.n_vocab, 100 + static_cast<uint32_t>(r));
     req.max_tokens = o.decode_tokens + 1;
     generation_stats st;
     gen.run({req}, &st);
-    tg.push_back(static_cast<double>(st.decode_steps) / st.decode_seconds);
-    std::fprintf(stderr, "  decode run %d: %.1f tokens/s\n", r + 1, tg.back());
+    f.tg.push_back(static_cast<double>(st.decode_steps) / st.decode_seconds);
+    std::fprintf(stderr, "  %s: decode run %d: %.1f tokens/s\n", name, r + 1, f.tg.back());
   }
   // Batched decode: B sequences of batch_prompt + batch_gen tokens, decoding together.
-  std::vector<std::pair<int, double>> agg;
-  kv_usage peak;
   for (int b : o.batches) {
-    batch_generator gen(*be.value(), 2048);
+    batch_generator gen(be, 2048);
     std::vector<generation_request> reqs;
     for (int i = 0; i < b; ++i) {
       generation_request req;
@@ -211,33 +200,98 @@ int run_bench_engine(const bench_options& o) {
     gen.run(reqs, &st);
     // The first token of each sequence comes from prefill; the decode phase makes the rest.
     const double tps = static_cast<double>(st.generated_tokens - b) / st.decode_seconds;
-    agg.emplace_back(b, tps);
-    if (st.peak_kv.blocks_used > peak.blocks_used) peak = st.peak_kv;
-    std::fprintf(stderr, "  batch %d: %.1f tokens/s aggregate decode\n", b, tps);
+    f.agg.emplace_back(b, tps);
+    if (st.peak_kv.blocks_used > f.peak.blocks_used) f.peak = st.peak_kv;
+    std::fprintf(stderr, "  %s: batch %d: %.1f tokens/s aggregate decode\n", name, b, tps);
+  }
+  return f;
+}
+
+int run_bench_engine(const bench_options& o) {
+  auto lm = loaded_model::load(o.model);
+  if (!lm) {
+    std::fprintf(stderr, "troupe bench engine: %s\n", lm.error().c_str());
+    return 1;
+  }
+  const auto& hp = lm.value()->weights->params();
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int max_b = *std::max_element(o.batches.begin(), o.batches.end());
+  std::vector<matmul_order> orders;
+  if (o.matmul == "both") {
+    orders = {matmul_order::llama_cpp, matmul_order::fast};
+  } else if (auto order = parse_matmul_order(o.matmul)) {
+    orders = {*order};
+  } else {
+    std::fprintf(stderr, "troupe bench engine: --matmul must be both, fast or llama.cpp, not '%s'\n", o.matmul.c_str());
+    return 1;
+  }
+  std::vector<troupe_figures> runs;
+  for (auto order : orders) {
+    backend_options bo;
+    bo.n_threads = threads;
+    bo.matmul = order;
+    bo.kv_bytes = static_cast<int64_t>(max_b) * (o.batch_prompt + o.batch_gen + 32) * hp.n_kv_dim() * hp.n_layer * 2 * 2 +
+                  (64ll << 20);
+    auto be = make_backend("cpu", lm.value()->weights, bo);
+    if (!be) {
+      std::fprintf(stderr, "troupe bench engine: %s\n", be.error().c_str());
+      return 1;
+    }
+    const auto* cpu = dynamic_cast<const cpu_backend*>(be.value().get());
+    if (cpu && cpu->order() != order) {
+      std::fprintf(stderr, "note: no %s matmul kernels on this CPU (%s); skipped\n", matmul_order_name(order), matmul_isa());
+      continue;
+    }
+    std::fprintf(stderr, "model %s: %d layers, %d embd, %d vocab; %d threads; matmul path %s, %s order\n",
+                 lm.value()->id.c_str(), hp.n_layer, hp.n_embd, hp.n_vocab, threads, matmul_isa(), matmul_order_name(order));
+    runs.push_back(measure_troupe(*be.value(), o, order));
   }
   const long rss = peak_rss_kib();
   auto llama = run_llama(o, threads);
 
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-  std::printf("\n## troupe bench engine — %s, %d threads, matmul path %s, %s order\n\n", lm.value()->id.c_str(), threads,
-              matmul_isa(), order);
-  std::printf("| test | troupe tokens/s | llama.cpp tokens/s | troupe / llama.cpp |\n|---|---|---|---|\n");
-  std::printf("| prefill pp%d | %.1f | %.1f | %.2f |\n", o.prefill_tokens, median(pp), llama.pp, ratio(median(pp), llama.pp));
-  std::printf("| decode tg%d (1 sequence) | %.1f | %.1f | %.2f |\n", o.decode_tokens, median(tg), llama.tg,
-              ratio(median(tg), llama.tg));
-  double b1 = 0;
-  for (auto [b, tps] : agg) {
-    if (b == 1) b1 = tps;
+  std::printf("\n## troupe bench engine — %s, %d threads, matmul path %s\n\n", lm.value()->id.c_str(), threads, matmul_isa());
+  std::string head = "| test |", rule = "|---|";
+  for (const auto& r : runs) {
+    head += std::string(" troupe (") + matmul_order_name(r.order) + " order) |";
+    rule += "---|";
+  }
+  head += " llama.cpp |";
+  rule += "---|";
+  for (const auto& r : runs) {
+    head += std::string(" ratio (") + matmul_order_name(r.order) + " order) |";
+    rule += "---|";
+  }
+  std::printf("%s\n%s\n", head.c_str(), rule.c_str());
+  auto row = [&](const std::string& name, auto troupe_value, double reference) {
+    std::printf("| %s |", name.c_str());
+    for (const auto& r : runs) std::printf(" %.1f |", troupe_value(r));
+    std::printf(" %.1f |", reference);
+    for (const auto& r : runs) std::printf(" %.2f |", ratio(troupe_value(r), reference));
+    std::printf("\n");
+  };
+  row("prefill pp" + std::to_string(o.prefill_tokens), [](const troupe_figures& r) { return median(r.pp); }, llama.pp);
+  row("decode tg" + std::to_string(o.decode_tokens) + " (1 sequence)", [](const troupe_figures& r) { return median(r.tg); },
+      llama.tg);
+  for (int b : o.batches) {
     double l = 0;
     for (auto [lb, lt] : llama.batched)
       if (lb == b) l = lt;
-    std::printf("| aggregate decode B=%d (%d+%d) | %.1f | %.1f | %.2f |\n", b, o.batch_prompt, o.batch_gen, tps, l, ratio(tps, l));
+    row("aggregate decode B=" + std::to_string(b) + " (" + std::to_string(o.batch_prompt) + "+" +
+            std::to_string(o.batch_gen) + ")",
+        [b](const troupe_figures& r) { return r.at(b); }, l);
   }
-  for (auto [b, tps] : agg)
-    if (b != 1 && b1 > 0) std::printf("\nbatch %d vs troupe batch 1: %.2fx", b, tps / b1);
-  std::printf("\n\npeak RSS: %.1f MiB; KV bytes per token: %zu (fp16 K and V, %d layers x %d dims); peak KV blocks used: %d of %d (%d tokens/block, %lld slots wasted)\n",
-              static_cast<double>(rss) / 1024.0, be.value()->kv_bytes_per_token(), hp.n_layer, hp.n_kv_dim(), peak.blocks_used,
-              peak.blocks_total, be.value()->block_size(), static_cast<long long>(peak.slots_wasted));
+  std::printf("\n");
+  for (const auto& r : runs)
+    for (int b : o.batches)
+      if (b != 1 && r.at(1) > 0)
+        std::printf("%s order: batch %d = %.2fx its batch 1\n", matmul_order_name(r.order), b, r.at(b) / r.at(1));
+  if (!runs.empty()) {
+    const auto& r = runs.front();
+    std::printf("\npeak RSS: %.1f MiB; KV bytes per token: %zu (fp16 K and V, %d layers x %d dims); peak KV blocks used: %d of %d (%d tokens/block, %lld slots wasted)\n",
+                static_cast<double>(rss) / 1024.0, r.kv_bytes_per_token, hp.n_layer, hp.n_kv_dim(), r.peak.blocks_used,
+                r.peak.blocks_total, r.block_size, static_cast<long long>(r.peak.slots_wasted));
+  }
   if (!llama.note.empty()) std::printf("note: %s\n", llama.note.c_str());
   return 0;
 }
@@ -247,7 +301,7 @@ troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, b
                                    auto o = std::make_shared<bench_options>();
                                    sub.add_option("--model,-m", o->model, "GGUF model file")->capture_default_str();
                                    sub.add_option("--threads", o->threads, "Threads (0 = all cores)");
-                                   sub.add_option("--matmul", o->matmul, "Quantized matmul order: fast or llama.cpp (bit-exact)")->capture_default_str();
+                                   sub.add_option("--matmul", o->matmul, "Quantized matmul order: both (each in the same run), llama.cpp (bit-exact) or fast")->capture_default_str();
                                    sub.add_option("--llama-bin", o->llama_bin, "Folder with llama-bench and llama-batched-bench")
                                        ->capture_default_str();
                                    sub.add_option("--batches", o->batches, "Batch sizes for aggregate decode")->delimiter(',')->capture_default_str();

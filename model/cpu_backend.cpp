@@ -218,8 +218,9 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
       const auto& s = b.seqs[static_cast<size_t>(tok_seq[static_cast<size_t>(t)])];
       // llama.cpp sums the weighted values of a prompt batch in another order than those of a
       // decoded token; following it keeps the logits bit-identical (batch_sequence::n_prompt).
-      const auto order = s.n_prompt >= 2 && tok_pos[static_cast<size_t>(t)] < s.n_prompt ? attention_order::batch
-                                                                                        : attention_order::single;
+      const auto order = order_ == matmul_order::fast ? attention_order::fast
+                         : s.n_prompt >= 2 && tok_pos[static_cast<size_t>(t)] < s.n_prompt ? attention_order::batch
+                                                                                          : attention_order::single;
       paged_attention_group(q_.data() + t * nq, kv, s.block_table.data(), tok_pos[static_cast<size_t>(t)] + 1, g,
                             group, scale, att_.data() + t * nq, scratch.data(), order);
     });

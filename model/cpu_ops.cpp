@@ -59,7 +59,15 @@ inline float hsum8(__m256 v) {
 double exp_sum(const float* x, float shift, float* y, int64_t n) {
   const __m256 sh = _mm256_set1_ps(shift);
   double sum = 0.0;
-  for (int64_t i = 0; i < n; i += 16) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {  // whole chunks straight from and to memory
+    const __m256 lo = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh));
+    const __m256 hi = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), sh));
+    _mm256_storeu_ps(y + i, lo);
+    _mm256_storeu_ps(y + i + 8, hi);
+    sum += static_cast<double>(hsum8(_mm256_add_ps(hi, lo)));
+  }
+  for (; i < n; i += 16) {  // the last, partial chunk: staged with -inf padding
     alignas(32) float in[16], out[16];
     const int64_t m = std::min<int64_t>(16, n - i);
     for (int64_t k = 0; k < 16; ++k) in[k] = k < m ? x[i + k] : -INFINITY;  // exp(-inf) = 0, as masked

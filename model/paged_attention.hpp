@@ -30,6 +30,8 @@ void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, 
 enum class attention_order {
   single,  // the query is the only token of its step (decode)
   batch,   // the query is one of several tokens of its step (prompt)
+  fast,    // no llama.cpp order (with matmul_order::fast): scores reduced 8 positions at a time,
+           // each output dimension one FMA chain over positions; the same for every query
 };
 
 // For the query heads [g * group, (g + 1) * group) that share KV head g, attends over positions

@@ -86,16 +86,18 @@ TEST(PagedAttention, MatchesDoublePrecisionReference) {
       {2, 128, 4, 32, 200},
       {2, 32, 2, 8, 70},    // head_dim not a multiple of 64: the 8-wide score path
       {1, 12, 20, 4, 33},   // group > 16 and head_dim % 8 != 0: the scalar path
+      {2, 64, 5, 16, 77},   // fast order: heads weighed 3 + 2 at a time, a last group of 5 positions
+      {4, 64, 1, 8, 9},     // fast order: one head per KV head
   };
   for (const auto& c : cases)
     for (kv_dtype dt : {kv_dtype::f32, kv_dtype::f16})
-      for (attention_order order : {attention_order::single, attention_order::batch}) {
+      for (attention_order order : {attention_order::single, attention_order::batch, attention_order::fast}) {
         std::vector<double> want;
         const auto got = run(c, dt, order, want);
         double worst = 0;
         for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
         EXPECT_LT(worst, 2e-6) << "head_dim " << c.head_dim << " group " << c.group << " n_ctx " << c.n_ctx
                                << (dt == kv_dtype::f16 ? " f16" : " f32")
-                               << (order == attention_order::batch ? " batch" : " single");
+                               << (order == attention_order::batch ? " batch" : order == attention_order::fast ? " fast" : " single");
       }
 }
