@@ -47,8 +47,15 @@ struct weight_set {
   int64_t n_in, n_out;
   size_t stride;
   std::vector<std::vector<uint8_t>> copies;
+  std::vector<packed_weights> packed;  // the copies in the fast order's layout, when asked for
   weight_view view(size_t i) const {
-    return weight_view{type, copies[i % copies.size()].data(), n_in, n_out, stride};
+    weight_view v{type, copies[i % copies.size()].data(), n_in, n_out, stride};
+    if (!packed.empty()) v.packed = packed[i % packed.size()].bytes.get();
+    return v;
+  }
+  void pack() {
+    for (const auto& c : copies) packed.push_back(pack_weights(weight_view{type, c.data(), n_in, n_out, stride}));
+    if (!packed.front()) packed.clear();  // no fast kernels on this CPU
   }
   size_t bytes() const { return stride * static_cast<size_t>(n_out); }
 };
@@ -109,7 +116,8 @@ void run_matmul(benchmark::State& state, ggml_type type, int64_t n_in, int64_t n
 
 // One decode step of SmolLM2-135M: 30 layers x (q, k, v, o, gate, up, down) in Q4_1, then the
 // Q8_0 output head; 30 distinct layers (~96 MB) so nothing stays cached between steps.
-// multi=1 groups Q/K/V and gate/up into matmul_multi calls (5 dispatches per layer, not 7).
+// multi=1 groups Q/K/V and gate/up into matmul_multi calls (5 dispatches per layer, not 7);
+// fast=1 uses the fast matmul order (weights packed 16 rows at a time; model.matmul = "fast").
 void BM_decode_step_matmuls(benchmark::State& state) {
   const int64_t n_tok = state.range(0);
   struct layer {
@@ -139,6 +147,11 @@ void BM_decode_step_matmuls(benchmark::State& state) {
   }
   // With `multi`, Q/K/V and gate/up go through matmul_multi (one dispatch each group).
   const bool multi = state.range(1) != 0;
+  if (state.range(2) != 0) {
+    for (auto& l : layers)
+      for (auto* w : {l.q.get(), l.k.get(), l.v.get(), l.o.get(), l.gate.get(), l.up.get(), l.down.get()}) w->pack();
+    head->pack();
+  }
   std::vector<float> y2(y.size()), y3(y.size());
   float* outs[3] = {y.data(), y2.data(), y3.data()};
   for (auto _ : state) {
@@ -161,9 +174,9 @@ void BM_decode_step_matmuls(benchmark::State& state) {
   }
   set_counters(state, bytes, flops * static_cast<double>(n_tok));
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(n_tok), benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(matmul_isa());
+  state.SetLabel(std::string(matmul_isa()) + (state.range(2) != 0 && !head->packed.empty() ? ", fast order" : ", llama.cpp order"));
 }
-BENCHMARK(BM_decode_step_matmuls)->ArgNames({"n_tok", "multi"})->ArgsProduct({{1, 16}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
+BENCHMARK(BM_decode_step_matmuls)->ArgNames({"n_tok", "multi", "fast"})->ArgsProduct({{1, 16}, {0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
 
 // Hand-off cost of one empty pool.run (what each of a step's ~200 matmuls pays on top).
 void BM_pool_run(benchmark::State& state) {
