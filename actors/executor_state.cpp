@@ -53,6 +53,18 @@ step_result executor_state::run(const step_plan& plan) {
   }
   last_sample_.clear();
 
+  // Where the backend can sample every row itself (the cuda backend, on the device), only the
+  // tokens come back: no logits cross to the host.
+  std::vector<model::row_sampling> rows;
+  bool in_backend = true;
+  for (size_t i = 0; i < plan.entries.size() && in_backend; ++i) {
+    const auto& e = plan.entries[i];
+    if (!e.sample || row_of[i] < 0) continue;
+    in_backend = be_->can_sample(e.sampling);
+    rows.push_back({e.sampling, e.n_generated});
+  }
+  if (in_backend && !rows.empty()) return run_sampled(plan, b, row_of, std::move(res), rows);
+
   const auto t0 = std::chrono::steady_clock::now();
   result<model::batch_logits> out = b.seqs.empty() ? result<model::batch_logits>(model::batch_logits{})
                                                           : be_->forward(b);
@@ -100,6 +112,36 @@ step_result executor_state::run(const step_plan& plan) {
     res.samples.push_back(std::move(t));
   }
   res.sample_us = since_us(t1);
+  return res;
+}
+
+step_result executor_state::run_sampled(const step_plan& plan, const model::batch& b, const std::vector<int>& row_of,
+                                        step_result res, const std::vector<model::row_sampling>& rows) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto out = be_->forward_sampled(b, rows);
+  res.forward_us = since_us(t0);
+  if (!out) {
+    res.error = out.error();
+    return res;
+  }
+  if (out->size() != rows.size()) {
+    res.error = "backend sampled " + std::to_string(out->size()) + " rows of " + std::to_string(rows.size());
+    return res;
+  }
+  size_t row = 0;
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const auto& e = plan.entries[i];
+    if (!e.sample) continue;
+    sampled_token t;
+    t.seq_id = e.seq_id;
+    if (row_of[i] >= 0) {
+      const auto& s = (*out)[row++];
+      t.token = s.token;
+      t.logprob = s.logprob;
+      last_sample_[e.seq_id] = t.token;
+    }
+    res.samples.push_back(std::move(t));  // token -1 (left out): the scheduler fails this sequence
+  }
   return res;
 }
 

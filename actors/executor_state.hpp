@@ -37,6 +37,10 @@ class executor_state {
   model::backend& backend() { return *be_; }
 
  private:
+  // A step whose rows the backend samples itself (backend::forward_sampled).
+  step_result run_sampled(const step_plan& plan, const model::batch& b, const std::vector<int>& row_of,
+                          step_result res, const std::vector<model::row_sampling>& rows);
+
   std::unique_ptr<model::backend> be_;
   std::unordered_map<uint64_t, int32_t> last_sample_;  // samples of the previous step
 };

@@ -428,7 +428,29 @@ result<std::unique_ptr<cuda_backend>> cuda_backend::create(std::shared_ptr<llama
   return std::unique_ptr<cuda_backend>(new cuda_backend(std::move(p)));
 }
 
-result<model::batch_logits> cuda_backend::forward(const model::batch& b) {
+result<model::batch_logits> cuda_backend::forward(const model::batch& b) { return run_step(b, true); }
+
+bool cuda_backend::can_sample(const model::sampling_params& p) const {
+  if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f || p.min_p > 0.0f ||
+      p.n_logprobs > 0)
+    return false;
+  return p.temperature <= 0.0f || (p.top_k >= 1 && p.top_k <= kernels::k_max_device_top_k);
+}
+
+result<std::vector<model::token_logprob>> cuda_backend::forward_sampled(const model::batch& b,
+                                                                        const std::vector<model::row_sampling>& rows) {
+  auto step = run_step(b, false);
+  if (!step) return make_error(step.error());
+  std::vector<model::sampling_params> ps;
+  std::vector<int64_t> n_generated;
+  for (const auto& r : rows) {
+    ps.push_back(r.params);
+    n_generated.push_back(r.n_generated);
+  }
+  return sample_last(ps, n_generated);
+}
+
+result<model::batch_logits> cuda_backend::run_step(const model::batch& b, bool copy_logits) {
   auto& I = *impl_;
   const auto t0 = std::chrono::steady_clock::now();
   if (auto s = I.validate(b); !s) return make_error(s.error());
@@ -505,8 +527,8 @@ result<model::batch_logits> cuda_backend::forward(const model::batch& b) {
   } else {
     if (auto s = I.enqueue_step(sb, T, n_out, static_cast<int>(max_blocks)); !s) return make_error(s.error());
   }
-  out.data.resize(static_cast<size_t>(n_out) * p.n_vocab);
-  if (n_out > 0 && cudaMemcpyAsync(out.data.data(), sb.logits.p, out.data.size() * 4, cudaMemcpyDeviceToHost,
+  if (copy_logits) out.data.resize(static_cast<size_t>(n_out) * p.n_vocab);
+  if (copy_logits && n_out > 0 && cudaMemcpyAsync(out.data.data(), sb.logits.p, out.data.size() * 4, cudaMemcpyDeviceToHost,
                                    I.stream) != cudaSuccess)
     return make_error(cuda_msg("copying logits", cudaGetLastError()));
   cudaEventRecord(I.ev_stop, I.stream);

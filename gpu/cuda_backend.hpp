@@ -49,6 +49,11 @@ class cuda_backend : public model::backend {
   int32_t block_size() const override;
   size_t kv_bytes_per_token() const override;
   result<model::batch_logits> forward(const model::batch& b) override;
+  // Device sampling for the executor: greedy, or temperature with top_k in 1..64 and top_p; the
+  // step's logits stay on the device and only ids and logprobs are copied back.
+  bool can_sample(const model::sampling_params& p) const override;
+  result<std::vector<model::token_logprob>> forward_sampled(const model::batch& b,
+                                                            const std::vector<model::row_sampling>& rows) override;
 
   void set_graphs(bool on);
   const cuda_step_timing& last_timing() const;
@@ -66,6 +71,8 @@ class cuda_backend : public model::backend {
 
  private:
   explicit cuda_backend(std::unique_ptr<impl> p);
+  // forward(); with copy_logits false the logits stay on the device (for sample_last).
+  result<model::batch_logits> run_step(const model::batch& b, bool copy_logits);
   std::unique_ptr<impl> impl_;
 };
 

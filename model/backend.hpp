@@ -10,6 +10,7 @@
 
 #include "model/llama_model.hpp"
 #include "model/result.hpp"
+#include "model/sampler.hpp"
 
 namespace troupe::model {
 
@@ -39,6 +40,12 @@ struct batch_logits {
   const float* row(size_t i) const { return data.data() + i * static_cast<size_t>(n_vocab); }
 };
 
+// How one logits row of a step is to be sampled, for backends that sample where the logits are.
+struct row_sampling {
+  sampling_params params;
+  int64_t n_generated = 0;  // tokens the sequence has generated: the draw's counter
+};
+
 struct backend_options {
   int n_threads = 0;                  // 0: all cores
   int32_t block_size = 16;            // tokens per KV block
@@ -59,6 +66,15 @@ class backend {
   // Runs one step. Errors (a block table too short, a position past the context, a token id
   // out of range) come back as values and leave the KV memory of other sequences intact.
   virtual result<batch_logits> forward(const batch& b) = 0;
+
+  // Sampling in the backend, so that only token ids and logprobs leave it (the cuda backend:
+  // on the device). can_sample says whether a row with these parameters can be sampled there
+  // (default: none); forward_sampled runs the step and samples each row that wants logits, one
+  // row_sampling per such row in batch order, as model::sample_token would.
+  virtual bool can_sample(const sampling_params&) const { return false; }
+  virtual result<std::vector<token_logprob>> forward_sampled(const batch&, const std::vector<row_sampling>&) {
+    return make_error(name() + " backend does not sample: use forward()");
+  }
 };
 
 using backend_factory =

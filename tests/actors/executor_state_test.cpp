@@ -46,6 +46,50 @@ class random_logits final : public model::backend {
   std::mt19937 rng_{3};
 };
 
+// A backend that samples greedy rows itself, as the cuda backend does on the device: it answers
+// token 100 + seq_id with logprob -0.5 and counts which path each step took.
+class sampling_backend final : public model::backend {
+ public:
+  sampling_backend() {
+    hp_.n_vocab = 500;
+    hp_.n_ctx_train = 4096;
+  }
+  std::string name() const override { return "sampling"; }
+  const model::hparams& params() const override { return hp_; }
+  int32_t n_blocks() const override { return 64; }
+  int32_t block_size() const override { return 16; }
+  size_t kv_bytes_per_token() const override { return 1; }
+  result<model::batch_logits> forward(const model::batch& b) override {
+    ++forwards;
+    model::batch_logits out;
+    out.n_vocab = hp_.n_vocab;
+    for (const auto& s : b.seqs) {
+      if (!s.want_logits) continue;
+      out.seq_ids.push_back(s.seq_id);
+      for (int i = 0; i < hp_.n_vocab; ++i) out.data.push_back(i == 7 ? 1.0f : 0.0f);  // host argmax: 7
+    }
+    return out;
+  }
+  bool can_sample(const model::sampling_params& p) const override {
+    return p.temperature <= 0.0f && p.repetition_penalty == 1.0f;
+  }
+  result<std::vector<model::token_logprob>> forward_sampled(const model::batch& b,
+                                                            const std::vector<model::row_sampling>& rows) override {
+    ++sampled_steps;
+    if (fail) return troupe::make_error("device lost");
+    std::vector<model::token_logprob> out;
+    for (const auto& s : b.seqs)
+      if (s.want_logits) out.push_back({static_cast<int32_t>(100 + s.seq_id), -0.5f});
+    EXPECT_EQ(out.size(), rows.size());
+    return out;
+  }
+  int forwards = 0, sampled_steps = 0;
+  bool fail = false;
+
+ private:
+  model::hparams hp_;
+};
+
 step_entry entry(uint64_t id, std::vector<int32_t> tokens, int32_t n_past, bool sample = true) {
   step_entry e;
   e.seq_id = id;
@@ -122,4 +166,46 @@ TEST(executor_state, backend_errors_are_values_and_faults_throw) {
   auto r = ex.run(p);
   EXPECT_NE(r.error.find("block table"), std::string::npos);
   EXPECT_THROW(ex.run(p), std::runtime_error);
+}
+
+// Rows the backend can sample come back as its tokens without any logits reaching the
+// executor; one row it cannot sample (a penalty) sends the whole step through forward() and the
+// host sampler; a step without sampled rows needs no sampling at all; backend errors are values.
+TEST(executor_state, samples_in_the_backend_when_it_can) {
+  auto be = std::make_unique<sampling_backend>();
+  auto* raw = be.get();
+  executor_state ex(std::move(be));
+  step_plan p;
+  p.step = 1;
+  p.entries.push_back(entry(1, {5}, 0));
+  p.entries.push_back(entry(2, {6, 7}, 0, /*sample=*/false));  // a prompt chunk
+  p.entries.push_back(entry(3, {8}, 0));
+  auto r = ex.run(p);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  ASSERT_EQ(r.samples.size(), 2u);
+  EXPECT_EQ(r.samples[0].token, 101);
+  EXPECT_EQ(r.samples[1].token, 103);
+  EXPECT_FLOAT_EQ(r.samples[1].logprob, -0.5f);
+  EXPECT_EQ(raw->sampled_steps, 1);
+  EXPECT_EQ(raw->forwards, 0);
+
+  p.entries[2].sampling.repetition_penalty = 1.2f;
+  r = ex.run(p);
+  ASSERT_EQ(r.samples.size(), 2u);
+  EXPECT_EQ(r.samples[0].token, 7);
+  EXPECT_EQ(r.samples[1].token, 7);
+  EXPECT_EQ(raw->forwards, 1);
+  EXPECT_EQ(raw->sampled_steps, 1);
+
+  step_plan chunk;
+  chunk.step = 3;
+  chunk.entries.push_back(entry(4, {1, 2, 3}, 0, /*sample=*/false));
+  r = ex.run(chunk);
+  EXPECT_TRUE(r.samples.empty());
+  EXPECT_EQ(raw->forwards, 2);
+
+  raw->fail = true;
+  p.entries[2].sampling.repetition_penalty = 1.0f;
+  r = ex.run(p);
+  EXPECT_EQ(r.error, "device lost");
 }
