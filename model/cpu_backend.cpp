@@ -71,7 +71,15 @@ void cpu_backend::pack_matrices() {
     for (weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*w);
   pack(output_);
   order_ = all ? matmul_order::fast : matmul_order::llama_cpp;
-  if (!all) {  // a mix would give other sums than either order: use llama.cpp's everywhere
+  if (all) {  // the file's copies are not read again (but the token embeddings, which may be the head)
+    const void* embd = model_->token_embd().data;
+    auto release = [&](const weight_view& w) {
+      if (w.data != embd) model_->file().release_pages(w.data, static_cast<size_t>(w.n_out) * w.row_stride);
+    };
+    for (const auto& L : layers_)
+      for (const weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) release(*w);
+    release(output_);
+  } else {  // a mix would give other sums than either order: use llama.cpp's everywhere
     for (auto& L : layers_)
       for (weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) w->packed = nullptr;
     output_.packed = nullptr;

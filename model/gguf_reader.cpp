@@ -136,6 +136,16 @@ int64_t gguf_tensor::elements() const {
   return n;
 }
 
+void gguf_file::release_pages(const void* p, size_t n) const {
+  if (!map_) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto lo = reinterpret_cast<uintptr_t>(p), hi = lo + n;
+  const auto base = reinterpret_cast<uintptr_t>(base_);
+  if (lo < base || hi > base + size_) return;
+  const uintptr_t a = (lo + page - 1) / page * page, b = hi / page * page;  // whole pages inside only
+  if (a < b) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+}
+
 result<std::shared_ptr<gguf_file>> gguf_file::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return make_error("cannot open model file '" + path + "': " + std::strerror(errno));

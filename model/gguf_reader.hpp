@@ -78,6 +78,11 @@ class gguf_file {
   result<std::vector<double>> get_float_array(const std::string& key) const;
   result<std::vector<int64_t>> get_int_array(const std::string& key) const;
 
+  // Says that the bytes [p, p + n) of the file will not be read for a while (a backend keeps its
+  // own copy of them): their pages leave the process's resident memory and come back from the
+  // file if read again. No effect on an in-memory image.
+  void release_pages(const void* p, size_t n) const;
+
   const std::vector<gguf_tensor>& tensors() const { return tensors_; }
   const gguf_tensor* tensor(const std::string& name) const;
 
