@@ -53,38 +53,25 @@ cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& 
   if (want == matmul_order::fast) pack_matrices();
 }
 
-// Repacks every quantized matrix into the fast kernels' layout (a copy the size of the
-// weights). Matrices of other types, or all of them on a CPU without those kernels, stay in
-// llama.cpp's order; order() reports fast only when every matrix was packed.
+// Repacks every matrix of a type with fast kernels (Q4_0, Q4_1, Q8_0, Q4_K) into their layout
+// (a copy the size of those weights) and lets the file's pages of them go. Others (Q6_K, F16,
+// ...) keep llama.cpp's order: each matrix's arithmetic is fixed either way, so outputs stay
+// deterministic and batch-invariant. order() reports fast when at least one matrix was packed
+// (on a CPU without the kernels, none is).
 void cpu_backend::pack_matrices() {
-  bool all = true;
+  const void* embd = model_->token_embd().data;
   auto pack = [&](weight_view& w) {
     packed_weights p = pack_weights(w);
-    if (!p) {
-      all = false;
-      return;
-    }
+    if (!p) return;
     w.packed = p.bytes.get();
     packed_.push_back(std::move(p));
+    // Not read again, but for the token embeddings (which may be the output head).
+    if (w.data != embd) model_->file().release_pages(w.data, static_cast<size_t>(w.n_out) * w.row_stride);
   };
   for (auto& L : layers_)
     for (weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*w);
   pack(output_);
-  order_ = all ? matmul_order::fast : matmul_order::llama_cpp;
-  if (all) {  // the file's copies are not read again (but the token embeddings, which may be the head)
-    const void* embd = model_->token_embd().data;
-    auto release = [&](const weight_view& w) {
-      if (w.data != embd) model_->file().release_pages(w.data, static_cast<size_t>(w.n_out) * w.row_stride);
-    };
-    for (const auto& L : layers_)
-      for (const weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) release(*w);
-    release(output_);
-  } else {  // a mix would give other sums than either order: use llama.cpp's everywhere
-    for (auto& L : layers_)
-      for (weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) w->packed = nullptr;
-    output_.packed = nullptr;
-    packed_.clear();
-  }
+  order_ = packed_.empty() ? matmul_order::llama_cpp : matmul_order::fast;
 }
 
 size_t cpu_backend::kv_bytes_per_token() const {

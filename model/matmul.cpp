@@ -112,6 +112,7 @@ q8_kernel_fn x16_kernel_for(const x16_kernels& k, ggml_type type) {
     case ggml_type::q4_0: return k.q4_0;
     case ggml_type::q4_1: return k.q4_1;
     case ggml_type::q8_0: return k.q8_0;
+    case ggml_type::q4_k: return k.q4_k;
     default: return nullptr;
   }
 }
@@ -121,8 +122,23 @@ int x16_block_bytes(ggml_type type) {
     case ggml_type::q4_0: return x16_layout::q4_0_block;
     case ggml_type::q4_1: return x16_layout::q4_1_block;
     case ggml_type::q8_0: return x16_layout::q8_0_block;
+    case ggml_type::q4_k: return x16_layout::q4_k_block;
     default: return 0;
   }
+}
+
+// Sub-block b (of 32) of a Q4_K row as Q4_1-style nibbles (element l low, l + 16 high), its
+// scale d * sc and its min -dmin * m.
+void q4_k_sub_block(const uint8_t* row, int64_t b, uint8_t (&qs)[16], float& d, float& m) {
+  const auto* blk = reinterpret_cast<const block_q4_k*>(row) + b / 8;
+  const int j = static_cast<int>(b % 8);
+  uint8_t sc = 0, mn = 0;
+  q4_k_scale_min(blk->scales, j, &sc, &mn);
+  d = fp16_to_fp32(blk->d) * static_cast<float>(sc);
+  m = -(fp16_to_fp32(blk->dmin) * static_cast<float>(mn));
+  const uint8_t* chunk = blk->qs + 32 * (j / 2);
+  auto q = [&](int e) { return static_cast<uint8_t>(j % 2 == 0 ? chunk[e] & 0x0F : chunk[e] >> 4); };
+  for (int l = 0; l < 16; ++l) qs[l] = static_cast<uint8_t>(q(l) | (q(l + 16) << 4));
 }
 
 size_t packed_group_bytes(const weight_view& w) {
@@ -139,6 +155,15 @@ void pack_group(const weight_view& w, int64_t g, uint8_t* dst) {
     std::memset(out, 0, static_cast<size_t>(bb));
     for (int i = 0; i < x16_layout::rows && g * 16 + i < w.n_out; ++i) {
       const uint8_t* row = static_cast<const uint8_t*>(w.data) + (g * 16 + i) * w.row_stride;
+      if (w.type == ggml_type::q4_k) {
+        uint8_t q[16];
+        float d, m;
+        q4_k_sub_block(row, b, q, d, m);
+        for (int k = 0; k < 4; ++k) std::memcpy(out + 64 * k + 4 * i, q + 4 * k, 4);
+        std::memcpy(out + 256 + 4 * i, &d, 4);
+        std::memcpy(out + 320 + 4 * i, &m, 4);
+        continue;
+      }
       const uint8_t* qs = nullptr;
       const uint16_t* scales = nullptr;  // d, then (Q4_1) m
       int n_scales = 1;

@@ -49,6 +49,18 @@ struct q4_1_x16 {
   }
 };
 
+// Q4_K: a Q4_1-like block per sub-block of 32, with f32 scales and mins (value = q * d + m).
+struct q4_k_x16 {
+  static constexpr int kBlockBytes = x16_layout::q4_k_block;
+  static constexpr bool kHasMin = true;
+  static constexpr int kOffset = 0;
+  static void load(const uint8_t* p, __m512i (&q)[8], __m512& d, __m512& m) {
+    q4_0_x16::load(p, q, d, m);
+    d = _mm512_loadu_ps(p + 256);
+    m = _mm512_loadu_ps(p + 320);
+  }
+};
+
 struct q8_0_x16 {
   static constexpr int kBlockBytes = x16_layout::q8_0_block;
   static constexpr bool kHasMin = false;
@@ -135,7 +147,8 @@ void x16_kernel(const kernel_weights& w, const q8_acts& x, int64_t r0, int64_t r
 }  // namespace
 
 const x16_kernels& avx512vnni_x16_kernels() {
-  static const x16_kernels k = {x16_kernel<q4_0_x16>, x16_kernel<q4_1_x16>, x16_kernel<q8_0_x16>};
+  static const x16_kernels k = {x16_kernel<q4_0_x16>, x16_kernel<q4_1_x16>, x16_kernel<q8_0_x16>,
+                                x16_kernel<q4_k_x16>};
   return k;
 }
 

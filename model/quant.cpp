@@ -404,6 +404,8 @@ void quantize_row(ggml_type type, const float* src, void* dst, int64_t n) {
   }
 }
 
+void q4_k_scale_min(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) { get_scale_min_k4(j, scales, sc, m); }
+
 float dot_reference(ggml_type type, const void* row, const float* x, int64_t n) {
   // Dequantize in chunks (every supported block size divides 256) so that no heap allocation
   // is needed; accumulate in double so the reference itself adds no visible rounding error.

@@ -22,6 +22,9 @@ void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n);
 // synthetic models and activation quantization). dst must hold row_bytes(type, n).
 void quantize_row(ggml_type type, const float* src, void* dst, int64_t n);
 
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K super-block, from its 12 scale bytes.
+void q4_k_scale_min(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m);
+
 // Plain float reference dot product of a quantized row with a float vector.
 float dot_reference(ggml_type type, const void* row, const float* x, int64_t n);
 

@@ -64,12 +64,15 @@ const isa_kernels& avx512vnni_kernels();
 // The "fast" layout (matmul_order::fast): a matrix's rows in groups of 16, each group its blocks
 // in order, each block the 16 rows' quants interleaved 4 bytes at a time (32-bit word i of
 // 64-byte chunk k holds row i's bytes 4k..4k+3 of qs: for Q4 the nibbles as stored, for Q8_0 the
-// values plus 128) and then 16 fp16 scales (and, Q4_1, 16 fp16 mins).
+// values plus 128) and then 16 fp16 scales (and, Q4_1, 16 fp16 mins). Q4_K is packed per
+// sub-block of 32 like Q4_1 (element l in the low nibble of byte l, l + 16 in its high one) with
+// 16 f32 scales d * sc and 16 f32 mins -dmin * m.
 struct x16_layout {
   static constexpr int rows = 16;
   static constexpr int q4_0_block = 256 + 32;
   static constexpr int q4_1_block = 256 + 64;
   static constexpr int q8_0_block = 512 + 32;
+  static constexpr int q4_k_block = 256 + 128;
 };
 
 // Kernels over that layout (kernel_weights.data: the packed matrix; row_stride: bytes per group
@@ -78,6 +81,7 @@ struct x16_kernels {
   q8_kernel_fn q4_0;
   q8_kernel_fn q4_1;
   q8_kernel_fn q8_0;
+  q8_kernel_fn q4_k;
 };
 const x16_kernels& avx512vnni_x16_kernels();
 

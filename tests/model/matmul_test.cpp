@@ -319,8 +319,17 @@ float fast_order_dot(ggml_type type, const uint8_t* row, const int8_t* q, const 
   for (int64_t b = 0; b < nb; ++b) {
     int32_t w[32];
     float dw = 0.0f, m = 0.0f;
-    const bool has_min = type == ggml_type::q4_1;
-    if (type == ggml_type::q8_0) {
+    const bool has_min = type == ggml_type::q4_1 || type == ggml_type::q4_k;
+    if (type == ggml_type::q4_k) {  // sub-block b % 8 of super-block b / 8: scale d * sc, min -dmin * m
+      const uint8_t* blk = row + (b / 8) * 144;
+      const int j = static_cast<int>(b % 8);
+      uint8_t sc = 0, mn = 0;
+      q4_k_scale_min(blk + 4, j, &sc, &mn);
+      dw = fp16_to_fp32(static_cast<uint16_t>(blk[0] | blk[1] << 8)) * static_cast<float>(sc);
+      m = -(fp16_to_fp32(static_cast<uint16_t>(blk[2] | blk[3] << 8)) * static_cast<float>(mn));
+      const uint8_t* chunk = blk + 16 + 32 * (j / 2);
+      for (int e = 0; e < 32; ++e) w[e] = j % 2 == 0 ? chunk[e] & 15 : chunk[e] >> 4;
+    } else if (type == ggml_type::q8_0) {
       const uint8_t* blk = row + b * 34;
       dw = fp16_to_fp32(static_cast<uint16_t>(blk[0] | blk[1] << 8));
       for (int i = 0; i < 32; ++i) w[i] = static_cast<int8_t>(blk[2 + i]);
@@ -380,8 +389,11 @@ TEST(Matmul, BlockTypesSumInLlamaCppsOrderBitForBit) {
 // than 16 rows), the thread split, and stays within the quantization bound of the exact product.
 TEST(Matmul, FastOrderSumsWholeBlocksBitForBit) {
   thread_pool pool(2);
-  for (auto type : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q8_0}) {
-    for (auto [n_in, n_out] : std::vector<std::pair<int64_t, int64_t>>{{576, 40}, {96, 16}, {1536, 3}, {32, 1}, {64, 200}}) {
+  for (auto type : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q8_0, ggml_type::q4_k}) {
+    const auto shapes = type == ggml_type::q4_k
+                            ? std::vector<std::pair<int64_t, int64_t>>{{256, 40}, {512, 16}, {768, 3}, {256, 1}}
+                            : std::vector<std::pair<int64_t, int64_t>>{{576, 40}, {96, 16}, {1536, 3}, {32, 1}, {64, 200}};
+    for (auto [n_in, n_out] : shapes) {
       const auto m = make_matrix(type, n_in, n_out, 91);
       const packed_weights packed = pack_weights(m.view());
       if (!packed) GTEST_SKIP() << "no fast kernels on this CPU (" << matmul_isa() << ")";
@@ -438,7 +450,7 @@ TEST(Matmul, FastOrderMultiMatchesSingleCalls) {
 }
 
 TEST(Matmul, OnlyBlockTypesWithFastKernelsArePacked) {
-  for (auto type : {ggml_type::f32, ggml_type::f16, ggml_type::q4_k, ggml_type::q6_k}) {
+  for (auto type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q6_k}) {
     const auto m = make_matrix(type, 256, 16, 3);
     EXPECT_FALSE(pack_weights(m.view())) << type_name(static_cast<uint32_t>(type));
   }
