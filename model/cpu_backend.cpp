@@ -53,9 +53,9 @@ cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& 
   if (want == matmul_order::fast) pack_matrices();
 }
 
-// Repacks every matrix of a type with fast kernels (Q4_0, Q4_1, Q8_0, Q4_K) into their layout
-// (a copy the size of those weights) and lets the file's pages of them go. Others (Q6_K, F16,
-// ...) keep llama.cpp's order: each matrix's arithmetic is fixed either way, so outputs stay
+// Repacks every matrix of a type with fast kernels (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) into their
+// layout (a copy of those weights) and lets the file's pages of them go. Others (F16, BF16, F32)
+// keep llama.cpp's order: each matrix's arithmetic is fixed either way, so outputs stay
 // deterministic and batch-invariant. order() reports fast when at least one matrix was packed
 // (on a CPU without the kernels, none is).
 void cpu_backend::pack_matrices() {

@@ -113,6 +113,7 @@ q8_kernel_fn x16_kernel_for(const x16_kernels& k, ggml_type type) {
     case ggml_type::q4_1: return k.q4_1;
     case ggml_type::q8_0: return k.q8_0;
     case ggml_type::q4_k: return k.q4_k;
+    case ggml_type::q6_k: return k.q6_k;
     default: return nullptr;
   }
 }
@@ -123,6 +124,7 @@ int x16_block_bytes(ggml_type type) {
     case ggml_type::q4_1: return x16_layout::q4_1_block;
     case ggml_type::q8_0: return x16_layout::q8_0_block;
     case ggml_type::q4_k: return x16_layout::q4_k_block;
+    case ggml_type::q6_k: return x16_layout::q6_k_block;
     default: return 0;
   }
 }
@@ -155,6 +157,18 @@ void pack_group(const weight_view& w, int64_t g, uint8_t* dst) {
     std::memset(out, 0, static_cast<size_t>(bb));
     for (int i = 0; i < x16_layout::rows && g * 16 + i < w.n_out; ++i) {
       const uint8_t* row = static_cast<const uint8_t*>(w.data) + (g * 16 + i) * w.row_stride;
+      if (w.type == ggml_type::q6_k) {  // block b: elements 32 (b % 8) .. + 31 of super-block b / 8
+        const auto* blk = reinterpret_cast<const block_q6_k*>(row) + b / 8;
+        uint8_t q[256];
+        q6_k_values(blk, q);
+        const int e0 = 32 * static_cast<int>(b % 8);
+        for (int k = 0; k < 8; ++k) std::memcpy(out + 64 * k + 4 * i, q + e0 + 4 * k, 4);
+        const float d = fp16_to_fp32(blk->d);
+        const float lo = d * static_cast<float>(blk->scales[e0 / 16]), hi = d * static_cast<float>(blk->scales[e0 / 16 + 1]);
+        std::memcpy(out + 512 + 4 * i, &lo, 4);
+        std::memcpy(out + 576 + 4 * i, &hi, 4);
+        continue;
+      }
       if (w.type == ggml_type::q4_k) {
         uint8_t q[16];
         float d, m;
@@ -225,21 +239,23 @@ const char* isa_name(isa_kind isa) {
   return "scalar";
 }
 
-void quantize_acts_scalar(const float* x, int64_t n, int8_t* qs, float* d, float* s, int32_t* sums) {
+void quantize_acts_scalar(const float* x, int64_t n, int8_t* qs, float* d, float* s, int32_t* sum16) {
   for (int64_t b = 0; b < n / 32; ++b, x += 32, qs += 32) {
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float db = amax / 127.0f;
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    int sum = 0;
+    int half[2] = {0, 0};
     for (int j = 0; j < 32; ++j) {
       qs[j] = static_cast<int8_t>(std::lrintf(x[j] * id));  // half to even, like cvtps2dq
-      sum += qs[j];
+      half[j / 16] += qs[j];
     }
+    const int sum = half[0] + half[1];
     // Scales rounded through fp16 as ggml's block_q8_0 / block_q8_1 store them: the products
     // then match llama.cpp's bit for bit, which keeps greedy decoding on the same path.
     d[b] = round_fp16(db);
-    sums[b] = sum;
+    sum16[2 * b] = half[0];
+    sum16[2 * b + 1] = half[1];
     s[b] = round_fp16(db * static_cast<float>(sum));
   }
 }
@@ -304,7 +320,7 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     acts.qs_stride = acts.nb_pad * 32;
     const size_t qs_bytes = static_cast<size_t>(n_tok * acts.qs_stride);
     const size_t f_count = static_cast<size_t>(n_tok * acts.nb_pad);
-    uint8_t* buf = act_scratch().get(qs_bytes + 3 * sizeof(float) * f_count);
+    uint8_t* buf = act_scratch().get(qs_bytes + 4 * sizeof(float) * f_count);
     auto* qs = reinterpret_cast<int8_t*>(buf);
     auto* d = reinterpret_cast<float*>(buf + qs_bytes);
     auto* s = d + f_count;
@@ -312,20 +328,20 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     acts.qs = qs;
     acts.d = d;
     acts.s = s;
-    acts.sum = sums;
+    acts.sum16 = sums;
     const quantize_acts_fn quantize = kernels->quantize_acts;
     auto quantize_tokens = [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
         int8_t* q = qs + t * acts.qs_stride;
         float* dt = d + t * acts.nb_pad;
         float* st = s + t * acts.nb_pad;
-        int32_t* sum = sums + t * acts.nb_pad;
+        int32_t* sum = sums + 2 * t * acts.nb_pad;
         quantize(x + t * n_in, acts.nb * 32, q, dt, st, sum);
         for (int64_t b = acts.nb; b < acts.nb_pad; ++b) {
           std::memset(q + b * 32, 0, 32);
           dt[b] = 0.0f;
           st[b] = 0.0f;
-          sum[b] = 0;
+          sum[2 * b] = sum[2 * b + 1] = 0;
         }
       }
     };

@@ -35,8 +35,8 @@ const char* matmul_order_name(matmul_order o);
 // "llama.cpp" or "fast"; nullopt for anything else.
 std::optional<matmul_order> parse_matmul_order(std::string_view name);
 
-// A matrix's weights in the fast layout. Empty when this CPU or this type (Q4_0, Q4_1, Q8_0
-// and Q4_K are packed) has no fast kernel; the caller then keeps computing in llama.cpp's order.
+// A matrix's weights in the fast layout. Empty when this CPU or this type (Q4_0, Q4_1, Q8_0,
+// Q4_K and Q6_K are packed) has no fast kernel; the caller then keeps computing in llama.cpp's order.
 struct packed_weights {
   std::shared_ptr<uint8_t> bytes;
   explicit operator bool() const { return bytes != nullptr; }

@@ -371,7 +371,7 @@ void float_kernel(const kernel_weights& w, const float* x, int64_t x_stride, int
 
 // ---- activation quantization ------------------------------------------------------------
 
-void quantize_acts(const float* x, int64_t n, int8_t* qs, float* d, float* s, int32_t* sum_out) {
+void quantize_acts(const float* x, int64_t n, int8_t* qs, float* d, float* s, int32_t* sum16) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < n / qk32; ++b, x += qk32, qs += qk32) {
     __m256 v[4];
@@ -386,7 +386,6 @@ void quantize_acts(const float* x, int64_t n, int8_t* qs, float* d, float* s, in
     const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
     __m256i iv[4];
     for (int i = 0; i < 4; ++i) iv[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
-    const __m256i isum = _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3]));
     // packs work within 128-bit lanes; the permute restores element order.
     const __m256i p01 = _mm256_packs_epi32(iv[0], iv[1]);
     const __m256i p23 = _mm256_packs_epi32(iv[2], iv[3]);
@@ -396,8 +395,9 @@ void quantize_acts(const float* x, int64_t n, int8_t* qs, float* d, float* s, in
     // Scales rounded through fp16 as ggml's block_q8_0 / block_q8_1 store them: the products
     // then match llama.cpp's bit for bit, which keeps greedy decoding on the same path.
     d[b] = round_through_fp16(db);
-    sum_out[b] = hsum_epi32(isum);
-    s[b] = round_through_fp16(db * static_cast<float>(sum_out[b]));
+    sum16[2 * b] = hsum_epi32(_mm256_add_epi32(iv[0], iv[1]));
+    sum16[2 * b + 1] = hsum_epi32(_mm256_add_epi32(iv[2], iv[3]));
+    s[b] = round_through_fp16(db * static_cast<float>(sum16[2 * b] + sum16[2 * b + 1]));
   }
 }
 

@@ -712,7 +712,7 @@ void float_kernel(const kernel_weights& w, const float* x, int64_t x_stride, int
 
 // ---- activation quantization ------------------------------------------------------------
 
-void quantize_acts(const float* x, int64_t n, int8_t* qs, float* d, float* s, int32_t* sum) {
+void quantize_acts(const float* x, int64_t n, int8_t* qs, float* d, float* s, int32_t* sum16) {
   const __m512 sign = _mm512_set1_ps(-0.0f);
   for (int64_t b = 0; b < n / qk32; ++b, x += qk32, qs += qk32) {
     const __m512 v0 = _mm512_loadu_ps(x);
@@ -728,8 +728,9 @@ void quantize_acts(const float* x, int64_t n, int8_t* qs, float* d, float* s, in
     // Scales rounded through fp16 as ggml's block_q8_0 / block_q8_1 store them: the products
     // then match llama.cpp's bit for bit, which keeps greedy decoding on the same path.
     d[b] = round_through_fp16(db);
-    sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
-    s[b] = round_through_fp16(db * static_cast<float>(sum[b]));
+    sum16[2 * b] = _mm512_reduce_add_epi32(i0);
+    sum16[2 * b + 1] = _mm512_reduce_add_epi32(i1);
+    s[b] = round_through_fp16(db * static_cast<float>(sum16[2 * b] + sum16[2 * b + 1]));
   }
 }
 

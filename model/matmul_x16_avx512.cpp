@@ -27,6 +27,7 @@ inline __m512 load_fp16x16(const uint8_t* p) {
 struct q4_0_x16 {
   static constexpr int kBlockBytes = x16_layout::q4_0_block;
   static constexpr bool kHasMin = false;
+  static constexpr bool kHalves = false;
   static constexpr int kOffset = 8;  // value = (q - 8) * d
   static void load(const uint8_t* p, __m512i (&q)[8], __m512& d, __m512&) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -42,6 +43,7 @@ struct q4_0_x16 {
 struct q4_1_x16 {
   static constexpr int kBlockBytes = x16_layout::q4_1_block;
   static constexpr bool kHasMin = true;
+  static constexpr bool kHalves = false;
   static constexpr int kOffset = 0;  // value = q * d + m
   static void load(const uint8_t* p, __m512i (&q)[8], __m512& d, __m512& m) {
     q4_0_x16::load(p, q, d, m);
@@ -53,6 +55,7 @@ struct q4_1_x16 {
 struct q4_k_x16 {
   static constexpr int kBlockBytes = x16_layout::q4_k_block;
   static constexpr bool kHasMin = true;
+  static constexpr bool kHalves = false;
   static constexpr int kOffset = 0;
   static void load(const uint8_t* p, __m512i (&q)[8], __m512& d, __m512& m) {
     q4_0_x16::load(p, q, d, m);
@@ -64,10 +67,25 @@ struct q4_k_x16 {
 struct q8_0_x16 {
   static constexpr int kBlockBytes = x16_layout::q8_0_block;
   static constexpr bool kHasMin = false;
+  static constexpr bool kHalves = false;
   static constexpr int kOffset = 128;  // stored as q + 128 (unsigned for VPDPBUSD)
   static void load(const uint8_t* p, __m512i (&q)[8], __m512& d, __m512&) {
     for (int k = 0; k < 8; ++k) q[k] = _mm512_loadu_si512(p + 64 * k);
     d = load_fp16x16(p + 512);
+  }
+};
+
+// Q6_K: bytes 0..63 (value = (q - 32) * scale), a scale for each half of the block: d holds
+// elements 0-15's, m elements 16-31's.
+struct q6_k_x16 {
+  static constexpr int kBlockBytes = x16_layout::q6_k_block;
+  static constexpr bool kHasMin = false;
+  static constexpr bool kHalves = true;
+  static constexpr int kOffset = 32;
+  static void load(const uint8_t* p, __m512i (&q)[8], __m512& d, __m512& m) {
+    for (int k = 0; k < 8; ++k) q[k] = _mm512_loadu_si512(p + 64 * k);
+    d = _mm512_loadu_ps(p + 512);
+    m = _mm512_loadu_ps(p + 576);
   }
 };
 
@@ -79,12 +97,12 @@ void x16_tile(const uint8_t* group, const q8_acts& x, int64_t t, __m512 (&acc)[T
   const int32_t* xq[T];
   const float* xd[T];
   const float* xs[T];
-  const int32_t* xsum[T];
+  const int32_t* xsum[T];  // sums of each block's halves
   for (int j = 0; j < T; ++j) {
     xq[j] = reinterpret_cast<const int32_t*>(x.qs + (t + j) * x.qs_stride);
     xd[j] = x.d + (t + j) * x.nb_pad;
     xs[j] = x.s + (t + j) * x.nb_pad;
-    xsum[j] = x.sum + (t + j) * x.nb_pad;
+    xsum[j] = x.sum16 + 2 * (t + j) * x.nb_pad;
     acc[j] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < x.nb; ++b, group += L::kBlockBytes) {
@@ -94,10 +112,24 @@ void x16_tile(const uint8_t* group, const q8_acts& x, int64_t t, __m512 (&acc)[T
 #pragma GCC unroll 16
     for (int j = 0; j < T; ++j) {
       const int32_t* xb = xq[j] + 8 * b;
-      __m512i s = L::kOffset ? _mm512_set1_epi32(-L::kOffset * xsum[j][b]) : _mm512_setzero_si512();
+      const __m512 dx = _mm512_set1_ps(xd[j][b]);
+      if constexpr (L::kHalves) {  // two scales per block: each half's integer sum scaled on its own
+        __m512i lo = _mm512_set1_epi32(-L::kOffset * xsum[j][2 * b]);
+        __m512i hi = _mm512_set1_epi32(-L::kOffset * xsum[j][2 * b + 1]);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          lo = _mm512_dpbusd_epi32(lo, q[k], _mm512_set1_epi32(xb[k]));
+          hi = _mm512_dpbusd_epi32(hi, q[k + 4], _mm512_set1_epi32(xb[k + 4]));
+        }
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(d, dx), acc[j]);
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(m, dx), acc[j]);
+        continue;
+      }
+      __m512i s = L::kOffset ? _mm512_set1_epi32(-L::kOffset * (xsum[j][2 * b] + xsum[j][2 * b + 1]))
+                             : _mm512_setzero_si512();
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, q[k], _mm512_set1_epi32(xb[k]));
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(xd[j][b])), acc[j]);
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, dx), acc[j]);
       if constexpr (L::kHasMin) acc[j] = _mm512_fmadd_ps(m, _mm512_set1_ps(xs[j][b]), acc[j]);
     }
   }
@@ -148,7 +180,7 @@ void x16_kernel(const kernel_weights& w, const q8_acts& x, int64_t r0, int64_t r
 
 const x16_kernels& avx512vnni_x16_kernels() {
   static const x16_kernels k = {x16_kernel<q4_0_x16>, x16_kernel<q4_1_x16>, x16_kernel<q8_0_x16>,
-                                x16_kernel<q4_k_x16>};
+                                x16_kernel<q4_k_x16>, x16_kernel<q6_k_x16>};
   return k;
 }
 

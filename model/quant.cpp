@@ -406,6 +406,21 @@ void quantize_row(ggml_type type, const float* src, void* dst, int64_t n) {
 
 void q4_k_scale_min(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) { get_scale_min_k4(j, scales, sc, m); }
 
+void q6_k_values(const void* block, uint8_t (&q)[256]) {
+  const auto* b = static_cast<const block_q6_k*>(block);
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* ql = b->ql + 64 * half;
+    const uint8_t* qh = b->qh + 32 * half;
+    uint8_t* y = q + 128 * half;
+    for (int l = 0; l < 32; ++l) {
+      y[l] = static_cast<uint8_t>((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4));
+      y[l + 32] = static_cast<uint8_t>((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4));
+      y[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+      y[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+  }
+}
+
 float dot_reference(ggml_type type, const void* row, const float* x, int64_t n) {
   // Dequantize in chunks (every supported block size divides 256) so that no heap allocation
   // is needed; accumulate in double so the reference itself adds no visible rounding error.

@@ -25,6 +25,9 @@ void quantize_row(ggml_type type, const float* src, void* dst, int64_t n);
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K super-block, from its 12 scale bytes.
 void q4_k_scale_min(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m);
 
+// The 256 6-bit values (0..63; the value is (q - 32) * d * scales[i / 16]) of a Q6_K super-block.
+void q6_k_values(const void* block, uint8_t (&q)[256]);
+
 // Plain float reference dot product of a quantized row with a float vector.
 float dot_reference(ggml_type type, const void* row, const float* x, int64_t n);
 

@@ -23,7 +23,7 @@ struct q8_acts {
   const int8_t* qs;  // token t: qs + t * qs_stride, nb_pad * 32 bytes
   const float* d;    // token t: d + t * nb_pad; block scales, 0 in the padding
   const float* s;    // token t: s + t * nb_pad; d * sum(qs) per block, 0 in the padding
-  const int32_t* sum;  // token t: sum + t * nb_pad; sum(qs) per block, 0 in the padding
+  const int32_t* sum16;  // token t: sum16 + 2 * t * nb_pad; sum(qs[0..15]), sum(qs[16..31]) per block
   int64_t nb;        // real blocks of 32 per row
   int64_t nb_pad;    // nb rounded up to even
   int64_t qs_stride; // = nb_pad * 32
@@ -42,8 +42,8 @@ using q8_kernel_fn = void (*)(const kernel_weights& w, const q8_acts& x, int64_t
 using float_kernel_fn = void (*)(const kernel_weights& w, const float* x, int64_t x_stride,
                                  int64_t r0, int64_t r1, int64_t t0, int64_t t1, float* y,
                                  int64_t y_stride);
-// Quantizes one row of n floats (n a multiple of 32) into qs / d / s / sum as laid out in q8_acts.
-using quantize_acts_fn = void (*)(const float* x, int64_t n, int8_t* qs, float* d, float* s, int32_t* sum);
+// Quantizes one row of n floats (n a multiple of 32) into qs / d / s / sum16 as laid out in q8_acts.
+using quantize_acts_fn = void (*)(const float* x, int64_t n, int8_t* qs, float* d, float* s, int32_t* sum16);
 
 struct isa_kernels {
   q8_kernel_fn q4_0;
@@ -66,22 +66,25 @@ const isa_kernels& avx512vnni_kernels();
 // 64-byte chunk k holds row i's bytes 4k..4k+3 of qs: for Q4 the nibbles as stored, for Q8_0 the
 // values plus 128) and then 16 fp16 scales (and, Q4_1, 16 fp16 mins). Q4_K is packed per
 // sub-block of 32 like Q4_1 (element l in the low nibble of byte l, l + 16 in its high one) with
-// 16 f32 scales d * sc and 16 f32 mins -dmin * m.
+// 16 f32 scales d * sc and 16 f32 mins -dmin * m. Q6_K: per block of 32 the 6-bit values as bytes
+// (0..63, like Q8_0's word interleave) and two sets of 16 f32 scales d * sc, for elements 0-15 and 16-31.
 struct x16_layout {
   static constexpr int rows = 16;
   static constexpr int q4_0_block = 256 + 32;
   static constexpr int q4_1_block = 256 + 64;
   static constexpr int q8_0_block = 512 + 32;
   static constexpr int q4_k_block = 256 + 128;
+  static constexpr int q6_k_block = 512 + 128;
 };
 
 // Kernels over that layout (kernel_weights.data: the packed matrix; row_stride: bytes per group
-// of 16 rows); q8_acts.sum must be filled.
+// of 16 rows); q8_acts.sum16 must be filled.
 struct x16_kernels {
   q8_kernel_fn q4_0;
   q8_kernel_fn q4_1;
   q8_kernel_fn q8_0;
   q8_kernel_fn q4_k;
+  q8_kernel_fn q6_k;
 };
 const x16_kernels& avx512vnni_x16_kernels();
 
@@ -98,6 +101,6 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
 
 // Scalar reference quantization of one activation row (what every SIMD quantize_acts matches,
 // up to round-half-even versus round-half-away on exact ties).
-void quantize_acts_scalar(const float* x, int64_t n, int8_t* qs, float* d, float* s, int32_t* sum);
+void quantize_acts_scalar(const float* x, int64_t n, int8_t* qs, float* d, float* s, int32_t* sum16);
 
 }  // namespace troupe::model::detail

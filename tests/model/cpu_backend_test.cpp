@@ -329,12 +329,16 @@ TEST(LlamaModel, MissingTensorAndBadArchitectureAreNamed) {
 // The fast matmul order (weights repacked 16 rows at a time) computes the same model: within
 // the quantized tolerance of the float reference, and a sequence's logits do not depend on the
 // batch it runs in, bit for bit
-// (Q4_K matrices with a Q6_K embedding and head: a mix of packed and llama.cpp-order matrices.)
+// (Q4_K matrices with a Q6_K embedding and head, like Q4_K_M files; Q6_K matrices with an F16
+// head, which has no fast kernel: a mix of packed and llama.cpp-order matrices.)
 TEST(CpuBackend, FastMatmulOrderMatchesReferenceAndIsBatchInvariant) {
-  for (auto t : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q8_0, ggml_type::q4_k}) {
+  for (auto t : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k}) {
     test::synthetic_options o;
     o.matrix_type = t;
-    o.embd_type = t == ggml_type::q4_1 ? ggml_type::q8_0 : t == ggml_type::q4_k ? ggml_type::q6_k : t;
+    o.embd_type = t == ggml_type::q4_1   ? ggml_type::q8_0
+                  : t == ggml_type::q4_k ? ggml_type::q6_k
+                  : t == ggml_type::q6_k ? ggml_type::f16
+                                         : t;
     fixture f(o, 2, false, matmul_order::fast);
     const auto* cpu = dynamic_cast<const cpu_backend*>(f.be.get());
     ASSERT_NE(cpu, nullptr);

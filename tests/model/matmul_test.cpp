@@ -218,7 +218,7 @@ TEST(Matmul, ActivationQuantizersAgree) {
   std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // an all-zero block
   std::vector<int8_t> q_ref(1024), q(1024);
   std::vector<float> d_ref(32), s_ref(32), dd(32), ss(32);
-  std::vector<int32_t> sum_ref(32), sum(32);
+  std::vector<int32_t> sum_ref(64), sum(64);
   d::quantize_acts_scalar(x.data(), 1024, q_ref.data(), d_ref.data(), s_ref.data(), sum_ref.data());
   for (auto isa : supported_isas()) {
     const d::isa_kernels* k = isa == d::isa_kind::avx2         ? &d::avx2_kernels()
@@ -320,6 +320,20 @@ float fast_order_dot(ggml_type type, const uint8_t* row, const int8_t* q, const 
     int32_t w[32];
     float dw = 0.0f, m = 0.0f;
     const bool has_min = type == ggml_type::q4_1 || type == ggml_type::q4_k;
+    if (type == ggml_type::q6_k) {  // two scales per block: each half's integer sum scaled on its own
+      const uint8_t* blk = row + (b / 8) * 210;
+      uint8_t v[256];
+      q6_k_values(blk, v);
+      const int e0 = 32 * static_cast<int>(b % 8);
+      const float d = fp16_to_fp32(static_cast<uint16_t>(blk[208] | blk[209] << 8));
+      for (int h = 0; h < 2; ++h) {
+        int32_t sum = 0;
+        for (int e = 16 * h; e < 16 * h + 16; ++e) sum += (v[e0 + e] - 32) * q[b * 32 + e];
+        const float scale = d * static_cast<float>(static_cast<int8_t>(blk[192 + e0 / 16 + h]));
+        acc = std::fma(static_cast<float>(sum), scale * dx[b], acc);
+      }
+      continue;
+    }
     if (type == ggml_type::q4_k) {  // sub-block b % 8 of super-block b / 8: scale d * sc, min -dmin * m
       const uint8_t* blk = row + (b / 8) * 144;
       const int j = static_cast<int>(b % 8);
@@ -363,7 +377,7 @@ TEST(Matmul, BlockTypesSumInLlamaCppsOrderBitForBit) {
         const int64_t nb = n_in / 32;
         std::vector<int8_t> q(static_cast<size_t>(n_in));
         std::vector<float> dx(static_cast<size_t>(nb)), sx(static_cast<size_t>(nb));
-        std::vector<int32_t> sums(static_cast<size_t>(nb));
+        std::vector<int32_t> sums(static_cast<size_t>(2 * nb));
         for (auto isa : supported_isas()) {
           if (isa == d::isa_kind::scalar) continue;
           std::vector<float> y(static_cast<size_t>(n_tok * n_out));
@@ -389,8 +403,8 @@ TEST(Matmul, BlockTypesSumInLlamaCppsOrderBitForBit) {
 // than 16 rows), the thread split, and stays within the quantization bound of the exact product.
 TEST(Matmul, FastOrderSumsWholeBlocksBitForBit) {
   thread_pool pool(2);
-  for (auto type : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q8_0, ggml_type::q4_k}) {
-    const auto shapes = type == ggml_type::q4_k
+  for (auto type : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k}) {
+    const auto shapes = type == ggml_type::q4_k || type == ggml_type::q6_k
                             ? std::vector<std::pair<int64_t, int64_t>>{{256, 40}, {512, 16}, {768, 3}, {256, 1}}
                             : std::vector<std::pair<int64_t, int64_t>>{{576, 40}, {96, 16}, {1536, 3}, {32, 1}, {64, 200}};
     for (auto [n_in, n_out] : shapes) {
@@ -406,7 +420,7 @@ TEST(Matmul, FastOrderSumsWholeBlocksBitForBit) {
         const int64_t nb = n_in / 32;
         std::vector<int8_t> q(static_cast<size_t>(n_in));
         std::vector<float> dx(static_cast<size_t>(nb)), sx(static_cast<size_t>(nb));
-        std::vector<int32_t> sums(static_cast<size_t>(nb));
+        std::vector<int32_t> sums(static_cast<size_t>(2 * nb));
         for (int64_t t = 0; t < n_tok; ++t) {
           d::quantize_acts_scalar(x.data() + t * n_in, n_in, q.data(), dx.data(), sx.data(), sums.data());
           for (int64_t o = 0; o < n_out; ++o) {
@@ -450,7 +464,7 @@ TEST(Matmul, FastOrderMultiMatchesSingleCalls) {
 }
 
 TEST(Matmul, OnlyBlockTypesWithFastKernelsArePacked) {
-  for (auto type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q6_k}) {
+  for (auto type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16}) {
     const auto m = make_matrix(type, 256, 16, 3);
     EXPECT_FALSE(pack_weights(m.view())) << type_name(static_cast<uint32_t>(type));
   }
