@@ -98,10 +98,12 @@ void set_counters(benchmark::State& state, size_t weight_bytes, double flops) {
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// fast: the weights packed for the fast order (model.matmul = "fast"; AVX-512 VNNI only).
 void run_matmul(benchmark::State& state, ggml_type type, int64_t n_in, int64_t n_out,
-                troupe::model::detail::isa_kind isa) {
+                troupe::model::detail::isa_kind isa, bool fast = false) {
   const int64_t n_tok = state.range(0);
   const auto w = make_weights(type, n_in, n_out, cold_bytes());
+  if (fast) w->pack();
   const auto x = random_acts(n_tok * n_in);
   std::vector<float> y(static_cast<size_t>(n_tok * n_out));
   size_t i = 0;
@@ -111,7 +113,7 @@ void run_matmul(benchmark::State& state, ggml_type type, int64_t n_in, int64_t n
     benchmark::ClobberMemory();
   }
   set_counters(state, w->bytes(), 2.0 * static_cast<double>(n_in * n_out * n_tok));
-  state.SetLabel(troupe::model::detail::isa_name(isa));
+  state.SetLabel(std::string(troupe::model::detail::isa_name(isa)) + (fast && !w->packed.empty() ? ", fast order" : ""));
 }
 
 // One decode step of SmolLM2-135M: 30 layers x (q, k, v, o, gate, up, down) in Q4_1, then the
@@ -204,22 +206,28 @@ void register_shapes() {
   };
   std::vector<isa_kind> isas = {troupe::model::detail::best_isa()};
   if (isas[0] == isa_kind::avx512vnni) isas.push_back(isa_kind::avx2);
-  for (auto isa : isas) {
+  // "fast": the fast order's packed kernels (on the best ISA, when it is AVX-512 VNNI).
+  std::vector<std::pair<isa_kind, bool>> paths;
+  for (auto isa : isas) paths.emplace_back(isa, false);
+  if (isas[0] == isa_kind::avx512vnni) paths.emplace_back(isas[0], true);
+  for (auto [isa, fast] : paths) {
     for (const auto& s : shapes) {
-      const std::string name = std::string("BM_matmul/") + troupe::model::detail::isa_name(isa) + "/" + s.name;
-      auto* b = benchmark::RegisterBenchmark(name.c_str(), [s, isa](benchmark::State& st) {
-        run_matmul(st, s.type, s.n_in, s.n_out, isa);
+      const std::string name =
+          std::string("BM_matmul/") + (fast ? "fast" : troupe::model::detail::isa_name(isa)) + "/" + s.name;
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), [s, isa, fast](benchmark::State& st) {
+        run_matmul(st, s.type, s.n_in, s.n_out, isa, fast);
       });
       b->ArgName("n_tok")->Arg(1)->Arg(16)->Arg(64)->Arg(512)->UseRealTime()->Unit(benchmark::kMicrosecond);
       b->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
     }
   }
-  for (auto isa : isas) {
+  for (auto [isa, fast] : paths) {
     for (auto t : {ggml_type::q4_0, ggml_type::q4_k, ggml_type::q6_k, ggml_type::f16}) {
-      const std::string name = std::string("BM_matmul/") + troupe::model::detail::isa_name(isa) + "/" +
-                               type_name(static_cast<uint32_t>(t)) + "/1536x1536";
-      auto* b = benchmark::RegisterBenchmark(name.c_str(), [t, isa](benchmark::State& st) {
-        run_matmul(st, t, 1536, 1536, isa);
+      if (fast && t == ggml_type::f16) continue;
+      const std::string name = std::string("BM_matmul/") + (fast ? "fast" : troupe::model::detail::isa_name(isa)) +
+                               "/" + type_name(static_cast<uint32_t>(t)) + "/1536x1536";
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), [t, isa, fast](benchmark::State& st) {
+        run_matmul(st, t, 1536, 1536, isa, fast);
       });
       b->ArgName("n_tok")->Arg(1)->Arg(64)->UseRealTime()->Unit(benchmark::kMicrosecond);
       b->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
