@@ -87,7 +87,9 @@ const isa_kernels* kernels_for(isa_kind isa) {
   }
 }
 
-q8_kernel_fn q8_kernel_for(const isa_kernels& k, ggml_type type) {
+// The block-type kernel of a table (isa_kernels, or x16_kernels for the fast order).
+template <class Kernels>
+q8_kernel_fn q8_kernel_for(const Kernels& k, ggml_type type) {
   switch (type) {
     case ggml_type::q4_0: return k.q4_0;
     case ggml_type::q4_1: return k.q4_1;
@@ -103,17 +105,6 @@ float_kernel_fn float_kernel_for(const isa_kernels& k, ggml_type type) {
     case ggml_type::f32: return k.f32;
     case ggml_type::f16: return k.f16;
     case ggml_type::bf16: return k.bf16;
-    default: return nullptr;
-  }
-}
-
-q8_kernel_fn x16_kernel_for(const x16_kernels& k, ggml_type type) {
-  switch (type) {
-    case ggml_type::q4_0: return k.q4_0;
-    case ggml_type::q4_1: return k.q4_1;
-    case ggml_type::q8_0: return k.q8_0;
-    case ggml_type::q4_k: return k.q4_k;
-    case ggml_type::q6_k: return k.q6_k;
     default: return nullptr;
   }
 }
@@ -303,7 +294,7 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     }
     if (w.packed && x16) {
       j.kw = kernel_weights{static_cast<const uint8_t*>(w.packed), packed_group_bytes(w), w.n_in};
-      j.qk = x16_kernel_for(*x16, w.type);
+      j.qk = q8_kernel_for(*x16, w.type);
     }
     need_acts |= j.qk != nullptr;
     total_rows += w.n_out;
