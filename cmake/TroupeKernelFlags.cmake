@@ -6,4 +6,6 @@ function(troupe_kernel_flags root)
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
   set_source_files_properties(${root}/model/matmul_avx512.cpp ${root}/model/matmul_x16_avx512.cpp PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni")
+  set_source_files_properties(${root}/model/attention_avx512.cpp PROPERTIES
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq")
 endfunction()

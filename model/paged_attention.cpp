@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/cpu_ops.hpp"
+#include "model/detail/attention_avx512.hpp"
 #include "model/quant.hpp"
 
 namespace troupe::model {
@@ -216,117 +217,6 @@ void attend_t(const float* q, const kv_layer_view& kv, const int32_t* block_tabl
   }
 }
 
-// Lane i of the result: the sum of v[i]'s 8 lanes.
-inline __m256 hsum8x8(const __m256 (&v)[8]) {
-  const __m256 ab = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
-  const __m256 cd = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(ab, cd, 0x20), _mm256_permute2f128_ps(ab, cd, 0x31));
-}
-
-// Walks a sequence's positions block by block (no division per position).
-struct position_walk {
-  const kv_layer_view& kv;
-  const int32_t* block_table;
-  int kv_head;
-  int32_t block = 0, slot = 0;
-  int64_t row() const { return kv.offset(block_table[block], kv_head, slot); }
-  void next() {
-    if (++slot == kv.block_size) {
-      slot = 0;
-      ++block;
-    }
-  }
-};
-
-// The weighted sum of V for NH heads (weights w[h][pos], not normalised) over 32 dimensions
-// from `dim`, times inv[h], into out[h * hd + dim ...].
-template <class E, int NH>
-void weigh_values(const typename E::type* V, position_walk walk, int32_t n_ctx, const float* const (&w)[NH],
-                  const float (&inv)[NH], int dim, int hd, float* out) {
-  __m256 acc[NH][4];
-  for (auto& a : acc)
-    for (auto& r : a) r = _mm256_setzero_ps();
-  for (int32_t pos = 0; pos < n_ctx; ++pos, walk.next()) {
-    const auto* vp = V + walk.row() + dim;
-    const __m256 v[4] = {E::load8(vp), E::load8(vp + 8), E::load8(vp + 16), E::load8(vp + 24)};
-    for (int h = 0; h < NH; ++h) {
-      const __m256 wh = _mm256_broadcast_ss(w[h] + pos);
-      for (int k = 0; k < 4; ++k) acc[h][k] = _mm256_fmadd_ps(wh, v[k], acc[h][k]);
-    }
-  }
-  for (int h = 0; h < NH; ++h)
-    for (int k = 0; k < 4; ++k)
-      _mm256_storeu_ps(out + h * hd + dim + 8 * k, _mm256_mul_ps(acc[h][k], _mm256_set1_ps(inv[h])));
-}
-
-// attention_order::fast for head_dim 64: each K row widened once for the group's heads, the
-// scores of 8 positions reduced together, softmax by ggml's vectorised exp, then V weighed
-// 32 dimensions and up to 3 heads at a time (one FMA chain per output value).
-template <class E>
-void attend_fast(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
-                 int group, float scale, float* out, float* scratch) {
-  constexpr int hd = 64;
-  const auto* K = static_cast<const typename E::type*>(kv.k);
-  const auto* V = static_cast<const typename E::type*>(kv.v);
-  const float* qg = q + static_cast<int64_t>(kv_head) * group * hd;
-  float* og = out + static_cast<int64_t>(kv_head) * group * hd;
-  const __m256 vscale = _mm256_set1_ps(scale);
-  position_walk walk{kv, block_table, kv_head};
-  alignas(32) float tail[8];
-  for (int32_t p0 = 0; p0 < n_ctx; p0 += 8) {
-    const int n = std::min<int32_t>(8, n_ctx - p0);
-    __m256 part[k_max_group][8];
-    for (int p = 0; p < 8; ++p) {
-      if (p >= n) {
-        for (int j = 0; j < group; ++j) part[j][p] = _mm256_setzero_ps();
-        continue;
-      }
-      const auto* kp = K + walk.row();
-      walk.next();
-      __m256 k[8];
-      for (int i = 0; i < 8; ++i) k[i] = E::load8(kp + 8 * i);
-      for (int j = 0; j < group; ++j) {
-        const float* qj = qg + static_cast<int64_t>(j) * hd;
-        __m256 a = _mm256_mul_ps(k[0], _mm256_loadu_ps(qj));
-        __m256 b = _mm256_mul_ps(k[1], _mm256_loadu_ps(qj + 8));
-        for (int i = 2; i < 8; i += 2) {
-          a = _mm256_fmadd_ps(k[i], _mm256_loadu_ps(qj + 8 * i), a);
-          b = _mm256_fmadd_ps(k[i + 1], _mm256_loadu_ps(qj + 8 * i + 8), b);
-        }
-        part[j][p] = _mm256_add_ps(a, b);
-      }
-    }
-    for (int j = 0; j < group; ++j) {
-      const __m256 s = _mm256_mul_ps(hsum8x8(part[j]), vscale);
-      float* dst = scratch + static_cast<int64_t>(j) * n_ctx + p0;
-      if (n == 8) {
-        _mm256_storeu_ps(dst, s);
-      } else {
-        _mm256_store_ps(tail, s);
-        std::memcpy(dst, tail, sizeof(float) * static_cast<size_t>(n));
-      }
-    }
-  }
-  float inv[k_max_group];
-  for (int j = 0; j < group; ++j) {
-    float* row = scratch + static_cast<int64_t>(j) * n_ctx;
-    const float mx = *std::max_element(row, row + n_ctx);
-    inv[j] = static_cast<float>(1.0 / exp_sum(row, mx, row, n_ctx));
-  }
-  const position_walk start{kv, block_table, kv_head};
-  for (int h0 = 0; h0 < group; h0 += 3) {
-    const float* w0 = scratch + static_cast<int64_t>(h0) * n_ctx;
-    float* o = og + static_cast<int64_t>(h0) * hd;
-    for (int dim = 0; dim < hd; dim += 32) {
-      switch (std::min(3, group - h0)) {
-        case 3: weigh_values<E, 3>(V, start, n_ctx, {w0, w0 + n_ctx, w0 + 2 * n_ctx}, {inv[h0], inv[h0 + 1], inv[h0 + 2]}, dim, hd, o); break;
-        case 2: weigh_values<E, 2>(V, start, n_ctx, {w0, w0 + n_ctx}, {inv[h0], inv[h0 + 1]}, dim, hd, o); break;
-        default: weigh_values<E, 1>(V, start, n_ctx, {w0}, {inv[h0]}, dim, hd, o); break;
-      }
-    }
-  }
-}
-
 }  // namespace
 
 void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, const float* k, const float* v) {
@@ -336,12 +226,14 @@ void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, 
 
 void paged_attention_group(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
                            int kv_head, int group, float scale, float* out, float* scratch, attention_order order) {
-  if (order == attention_order::fast && kv.head_dim == 64 && group <= k_max_group) {
-    if (kv.dtype == kv_dtype::f16) attend_fast<f16_elems>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
-    else attend_fast<f32_elems>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
-    return;
+  if (order == attention_order::fast) {
+    static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
+    if (avx512 && detail::attend_avx512_fits(kv)) {
+      detail::attend_avx512(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+      return;
+    }
+    order = attention_order::single;  // other CPUs and head sizes: llama.cpp's decode order
   }
-  if (order == attention_order::fast) order = attention_order::single;  // other head sizes: llama.cpp's decode order
   if (kv.dtype == kv_dtype::f16)
     attend_t<f16_elems>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch, order);
   else

@@ -30,8 +30,9 @@ void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, 
 enum class attention_order {
   single,  // the query is the only token of its step (decode)
   batch,   // the query is one of several tokens of its step (prompt)
-  fast,    // no llama.cpp order (with matmul_order::fast): scores reduced 8 positions at a time,
-           // each output dimension one FMA chain over positions; the same for every query
+  fast,    // no llama.cpp order (with matmul_order::fast; AVX-512, head size 64 or 128, else
+           // single): scores 16 positions at a time, each output value one FMA chain over
+           // positions; the same for every query (model/attention_avx512.cpp)
 };
 
 // For the query heads [g * group, (g + 1) * group) that share KV head g, attends over positions

@@ -86,8 +86,11 @@ TEST(PagedAttention, MatchesDoublePrecisionReference) {
       {2, 128, 4, 32, 200},
       {2, 32, 2, 8, 70},    // head_dim not a multiple of 64: the 8-wide score path
       {1, 12, 20, 4, 33},   // group > 16 and head_dim % 8 != 0: the scalar path
-      {2, 64, 5, 16, 77},   // fast order: heads weighed 3 + 2 at a time, a last group of 5 positions
-      {4, 64, 1, 8, 9},     // fast order: one head per KV head
+      {2, 64, 5, 16, 77},   // fast order: heads weighed 4 + 1 at a time, a last chunk of 13 positions
+      {4, 64, 1, 8, 9},     // fast order: one head per KV head, blocks shorter than a 16-position chunk
+      {2, 64, 7, 32, 150},  // fast order: two chunks per block, heads weighed 4 + 3 (Qwen2's group)
+      {1, 128, 3, 16, 33},  // fast order at head size 128: heads weighed 2 + 1
+      {2, 96, 2, 16, 40},   // head size 96: the fast order falls back to llama.cpp's decode order
   };
   for (const auto& c : cases)
     for (kv_dtype dt : {kv_dtype::f32, kv_dtype::f16})

@@ -1,0 +1,19 @@
+#pragma once
+// The fast order's attention kernel for AVX-512 CPUs (model/attention_avx512.cpp, built with
+// AVX-512 flags; paged_attention.cpp checks the CPU before calling it).
+#include <cstdint>
+
+#include "model/paged_attention.hpp"
+
+namespace troupe::model::detail {
+
+// Head sizes the kernel is built for.
+inline bool attend_avx512_fits(const kv_layer_view& kv) { return kv.head_dim == 64 || kv.head_dim == 128; }
+
+// paged_attention_group's contract, in the fast order: scores 16 positions at a time (each
+// position's products summed lane-wise, then the 16 sums transposed out of one register), softmax
+// by exp_sum, then V weighed for up to 4 heads per pass with one FMA chain per output value.
+void attend_avx512(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
+                   int group, float scale, float* out, float* scratch);
+
+}  // namespace troupe::model::detail
