@@ -16,6 +16,8 @@ namespace troupe::model::detail {
 
 namespace {
 
+constexpr int k_ahead = 8;  // blocks of weights fetched ahead of the one in use
+constexpr int k_min_fetch_toks = 4;  // smallest tile that prefetches
 constexpr int k_x16_toks = 16;  // tokens per tile (16 measured ~8% faster than 8 on Zen 4; the compiler keeps it in registers)
 
 inline __m512 load_fp16x16(const uint8_t* p) {
@@ -93,7 +95,7 @@ struct q6_k_x16 {
 // block (exact), times d_w * d_x, plus (Q4_1) m_w * s_x, accumulated block by block in that
 // order. The arithmetic of one (row, token) never depends on T or on the other rows.
 template <class L, int T>
-void x16_tile(const uint8_t* group, const q8_acts& x, int64_t t, __m512 (&acc)[T]) {
+void x16_tile(const uint8_t* group, const q8_acts& x, int64_t t, bool fetch, __m512 (&acc)[T]) {
   const int32_t* xq[T];
   const float* xd[T];
   const float* xs[T];
@@ -106,6 +108,11 @@ void x16_tile(const uint8_t* group, const q8_acts& x, int64_t t, __m512 (&acc)[T
     acc[j] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < x.nb; ++b, group += L::kBlockBytes) {
+    // The packed groups lie one after another: fetch k_ahead blocks ahead, into the next group,
+    // when a tile computes long enough per block for the hardware prefetcher to fall behind
+    // (few tokens stream the weights as fast as memory gives them, and need no help).
+    if (T >= k_min_fetch_toks && fetch)
+      for (int o = 0; o < L::kBlockBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(group) + k_ahead * L::kBlockBytes + o, _MM_HINT_T0);
     __m512i q[8];
     __m512 d, m = _mm512_setzero_ps();
     L::load(group, q, d, m);
@@ -136,9 +143,10 @@ void x16_tile(const uint8_t* group, const q8_acts& x, int64_t t, __m512 (&acc)[T
 }
 
 template <class L, int T>
-void x16_store(const uint8_t* group, const q8_acts& x, int64_t t, __mmask16 rows, float* y, int64_t y_stride) {
+void x16_store(const uint8_t* group, const q8_acts& x, int64_t t, bool fetch, __mmask16 rows, float* y,
+               int64_t y_stride) {
   __m512 acc[T];
-  x16_tile<L, T>(group, x, t, acc);
+  x16_tile<L, T>(group, x, t, fetch, acc);
   for (int j = 0; j < T; ++j) _mm512_mask_storeu_ps(y + (t + j) * y_stride, rows, acc[j]);
 }
 
@@ -154,23 +162,23 @@ void x16_kernel(const kernel_weights& w, const q8_acts& x, int64_t r0, int64_t r
     const uint8_t* group = w.data + g * static_cast<int64_t>(w.row_stride);
     float* yg = y + g * 16;
     int64_t t = t0;
-    for (; t + k_x16_toks <= t1; t += k_x16_toks) x16_store<L, k_x16_toks>(group, x, t, rows, yg, y_stride);
+    for (; t + k_x16_toks <= t1; t += k_x16_toks) x16_store<L, k_x16_toks>(group, x, t, t == t0, rows, yg, y_stride);
     switch (t1 - t) {
-      case 1: x16_store<L, 1>(group, x, t, rows, yg, y_stride); break;
-      case 2: x16_store<L, 2>(group, x, t, rows, yg, y_stride); break;
-      case 3: x16_store<L, 3>(group, x, t, rows, yg, y_stride); break;
-      case 4: x16_store<L, 4>(group, x, t, rows, yg, y_stride); break;
-      case 5: x16_store<L, 5>(group, x, t, rows, yg, y_stride); break;
-      case 6: x16_store<L, 6>(group, x, t, rows, yg, y_stride); break;
-      case 7: x16_store<L, 7>(group, x, t, rows, yg, y_stride); break;
-      case 8: x16_store<L, 8>(group, x, t, rows, yg, y_stride); break;
-      case 9: x16_store<L, 9>(group, x, t, rows, yg, y_stride); break;
-      case 10: x16_store<L, 10>(group, x, t, rows, yg, y_stride); break;
-      case 11: x16_store<L, 11>(group, x, t, rows, yg, y_stride); break;
-      case 12: x16_store<L, 12>(group, x, t, rows, yg, y_stride); break;
-      case 13: x16_store<L, 13>(group, x, t, rows, yg, y_stride); break;
-      case 14: x16_store<L, 14>(group, x, t, rows, yg, y_stride); break;
-      case 15: x16_store<L, 15>(group, x, t, rows, yg, y_stride); break;
+      case 1: x16_store<L, 1>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 2: x16_store<L, 2>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 3: x16_store<L, 3>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 4: x16_store<L, 4>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 5: x16_store<L, 5>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 6: x16_store<L, 6>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 7: x16_store<L, 7>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 8: x16_store<L, 8>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 9: x16_store<L, 9>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 10: x16_store<L, 10>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 11: x16_store<L, 11>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 12: x16_store<L, 12>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 13: x16_store<L, 13>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 14: x16_store<L, 14>(group, x, t, t == t0, rows, yg, y_stride); break;
+      case 15: x16_store<L, 15>(group, x, t, t == t0, rows, yg, y_stride); break;
       default: break;
     }
   }
