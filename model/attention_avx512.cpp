@@ -17,7 +17,6 @@ namespace troupe::model::detail {
 namespace {
 
 constexpr int k_chunk = 16;  // positions scored together (one register of results)
-constexpr int k_ahead = 2;   // blocks of K fetched ahead of the one being scored
 
 struct f16_rows {
   using type = uint16_t;
@@ -117,19 +116,7 @@ void attend(const float* q, const kv_layer_view& kv, const int32_t* block_table,
   const float* qg = q + static_cast<int64_t>(kv_head) * group * HD;
   float* og = out + static_cast<int64_t>(kv_head) * group * HD;
   const int bs = kv.block_size;
-  const int32_t n_blocks = (n_ctx + bs - 1) / bs;
-  const int64_t block_bytes = static_cast<int64_t>(bs) * HD * static_cast<int64_t>(sizeof(typename E::type));
-  // A head's rows are contiguous within a block, but blocks lie anywhere in the pool: fetch K
-  // k_ahead blocks early, and each block's V into L2 while its K is scored.
-  auto prefetch = [&](const typename E::type* base, int32_t b) {
-    if (b >= n_blocks) return;
-    const auto* p = reinterpret_cast<const char*>(base + kv.offset(block_table[b], kv_head, 0));
-    for (int64_t o = 0; o < block_bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
-  };
-  for (int32_t b = 0; b < k_ahead; ++b) prefetch(K, b);
   for (int32_t p0 = 0, b = 0; p0 < n_ctx; p0 += bs, ++b) {
-    prefetch(K, b + k_ahead);
-    prefetch(V, b);
     const auto* rows = K + kv.offset(block_table[b], kv_head, 0);
     const int n = std::min(bs, n_ctx - p0);
     for (int c = 0; c < n; c += k_chunk)
