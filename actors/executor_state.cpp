@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "model/cpu_ops.hpp"
 #include "model/sampler.hpp"
 
 namespace troupe::actors {
@@ -101,7 +102,7 @@ step_result executor_state::run(const step_plan& plan) {
       // What sample_token would pick (the first maximum), without the log-softmax over the
       // whole vocabulary that only the logprob needs: that costs more than the rest of a
       // decode step's bookkeeping together.
-      t.token = static_cast<int32_t>(std::max_element(logits, logits + n_vocab) - logits);
+      t.token = static_cast<int32_t>(model::argmax(logits, n_vocab));
     } else {
       auto s = model::sample_token(logits, n_vocab, p, *window, e.n_generated);
       t.token = s.token;

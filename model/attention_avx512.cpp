@@ -131,7 +131,7 @@ void attend(const float* q, const kv_layer_view& kv, const int32_t* block_table,
     float* w = scratch + static_cast<int64_t>(h0) * n_ctx;
     for (int h = 0; h < nh; ++h) {
       float* row = w + static_cast<int64_t>(h) * n_ctx;
-      const float mx = *std::max_element(row, row + n_ctx);
+      const float mx = max_value(row, n_ctx);
       inv[h] = static_cast<float>(1.0 / exp_sum(row, mx, row, n_ctx));
     }
     float* o = og + static_cast<int64_t>(h0) * HD;

@@ -56,6 +56,31 @@ inline float hsum8(__m256 v) {
 
 }  // namespace
 
+float max_value(const float* x, int64_t n) {
+  __m256 m = _mm256_set1_ps(x[0]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);  // a NaN in x keeps m
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float mx = lanes[0];
+  for (int l = 1; l < 8; ++l) mx = lanes[l] > mx ? lanes[l] : mx;
+  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  return mx;
+}
+
+int64_t argmax(const float* x, int64_t n) {
+  const float mx = max_value(x, n);
+  const __m256 vm = _mm256_set1_ps(mx);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vm, _CMP_EQ_OQ));
+    if (hit) return i + __builtin_ctz(static_cast<unsigned>(hit));
+  }
+  for (; i < n; ++i)
+    if (x[i] == mx) return i;
+  return 0;  // x[0] is NaN: std::max_element's answer too
+}
+
 double exp_sum(const float* x, float shift, float* y, int64_t n) {
   const __m256 sh = _mm256_set1_ps(shift);
   double sum = 0.0;

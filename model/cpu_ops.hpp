@@ -27,4 +27,9 @@ double exp_sum(const float* x, float shift, float* y, int64_t n);
 
 void add_inplace(float* y, const float* x, int64_t n);
 
+// The largest of n >= 1 values (NaNs skipped unless x[0] is one), and the index of its first
+// occurrence: std::max_element's answer, 8 lanes at a time (a vocabulary row per sampled token).
+float max_value(const float* x, int64_t n);
+int64_t argmax(const float* x, int64_t n);
+
 }  // namespace troupe::model

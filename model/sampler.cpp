@@ -46,29 +46,30 @@ status sampling_params::validate() const {
 
 sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_params& p,
                            const std::vector<int32_t>& recent, int64_t n_generated) {
-  // A per-thread copy of the logits (penalties change it), reused from call to call: at batch
-  // 16 this runs for 16 x n_vocab values every step.
-  thread_local std::vector<float> l, e;
-  l.assign(logits, logits + n_vocab);
-
-  // Penalties over the recent window.
+  // Penalties change a per-thread copy of the logits, reused from call to call (at batch 16 this
+  // runs for 16 x n_vocab values every step); without them the logits are read in place.
+  thread_local std::vector<float> copy, e;
+  const float* l = logits;
   if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
-    std::unordered_map<int32_t, int> counts;
+    copy.assign(logits, logits + n_vocab);
     const size_t n = std::min(recent.size(), static_cast<size_t>(p.penalty_last_n));
+    std::unordered_map<int32_t, int> counts;
     for (size_t i = recent.size() - n; i < recent.size(); ++i) ++counts[recent[i]];
     for (const auto& [id, c] : counts) {
       if (id < 0 || id >= n_vocab) continue;
-      float& x = l[static_cast<size_t>(id)];
+      float& x = copy[static_cast<size_t>(id)];
       if (p.repetition_penalty != 1.0f) x = x > 0 ? x / p.repetition_penalty : x * p.repetition_penalty;
       x -= static_cast<float>(c) * p.frequency_penalty + p.presence_penalty;
     }
+    l = copy.data();
   }
 
   // Log-softmax of the penalised logits, for logprobs.
-  const float mx = *std::max_element(l.begin(), l.end());
+  const auto best = static_cast<int32_t>(argmax(l, n_vocab));  // the first maximum
+  const float mx = l[best];
   // Float exp (each term is in (0, 1]) vectorised, summed in double (see exp_sum).
-  if (e.size() < l.size()) e.resize(l.size());
-  const double z = exp_sum(l.data(), mx, e.data(), n_vocab);
+  if (e.size() < static_cast<size_t>(n_vocab)) e.resize(static_cast<size_t>(n_vocab));
+  const double z = exp_sum(l, mx, e.data(), n_vocab);
   const float log_z = mx + static_cast<float>(std::log(z));
 
   sample_result r;
@@ -78,21 +79,21 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
     const auto k = std::min<size_t>(static_cast<size_t>(p.n_logprobs), idx.size());
     std::partial_sort(idx.begin(), idx.begin() + static_cast<long>(k), idx.end(),
                       [&](int32_t a, int32_t b) {
-                        const float la = l[static_cast<size_t>(a)], lb = l[static_cast<size_t>(b)];
+                        const float la = l[a], lb = l[b];
                         return la > lb || (la == lb && a < b);
                       });
-    for (size_t i = 0; i < k; ++i) r.top.push_back({idx[i], l[static_cast<size_t>(idx[i])] - log_z});
+    for (size_t i = 0; i < k; ++i) r.top.push_back({idx[i], l[idx[i]] - log_z});
   }
 
   if (p.temperature <= 0.0f) {
     // Greedy; ties go to the lowest id, as in llama.cpp.
-    r.token = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-    r.logprob = l[static_cast<size_t>(r.token)] - log_z;
+    r.token = best;
+    r.logprob = mx - log_z;
     return r;
   }
 
   std::vector<candidate> c(static_cast<size_t>(n_vocab));
-  for (int32_t i = 0; i < n_vocab; ++i) c[static_cast<size_t>(i)] = {i, l[static_cast<size_t>(i)]};
+  for (int32_t i = 0; i < n_vocab; ++i) c[static_cast<size_t>(i)] = {i, l[i]};
   auto by_logit = [](const candidate& a, const candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
   size_t n = c.size();
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
@@ -135,7 +136,7 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
     }
   }
   r.token = c[pick].id;
-  r.logprob = l[static_cast<size_t>(r.token)] - log_z;
+  r.logprob = l[r.token] - log_z;
   return r;
 }
 

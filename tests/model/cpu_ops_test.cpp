@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -96,4 +97,24 @@ TEST(CpuOps, ExpSumSaturatesLikeGgml) {
   EXPECT_NEAR(y[2], std::exp(88.5), 1e-6 * std::exp(88.5));
   EXPECT_TRUE(std::isinf(y[3]));
   EXPECT_NEAR(y[4], std::exp(80.0), 1e-6 * std::exp(80.0));
+}
+
+TEST(CpuOps, ArgmaxIsStdMaxElementsFirstMaximum) {
+  for (int64_t n : {1, 7, 8, 9, 31, 49152}) {
+    auto x = random_floats(static_cast<size_t>(n), -40.0f, -1.0f, static_cast<unsigned>(n) + 3);
+    for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+      auto y = x;
+      y[static_cast<size_t>(at)] = 0.5f;
+      if (at + 3 < n) y[static_cast<size_t>(at + 3)] = 0.5f;  // a tie later: the first one wins
+      const auto want = std::max_element(y.begin(), y.end()) - y.begin();
+      EXPECT_EQ(argmax(y.data(), n), want) << n << " " << at;
+      EXPECT_EQ(max_value(y.data(), n), 0.5f) << n << " " << at;
+    }
+  }
+  std::vector<float> nan_inside = {1.0f, NAN, 3.0f, 2.0f, NAN, -1.0f, 0.0f, 2.5f, 3.0f, NAN};
+  EXPECT_EQ(argmax(nan_inside.data(), 10), 2);
+  EXPECT_EQ(max_value(nan_inside.data(), 10), 3.0f);
+  std::vector<float> neg_inf(20, -INFINITY);
+  neg_inf[13] = -1e30f;
+  EXPECT_EQ(argmax(neg_inf.data(), 20), 13);
 }
