@@ -19,6 +19,7 @@
 #include "model/cpu_backend.hpp"
 #include "model/loaded_model.hpp"
 #include "model/matmul.hpp"
+#include "model/paged_attention.hpp"
 
 namespace {
 
@@ -36,6 +37,7 @@ struct bench_options {
   int repeats = 3;
   bool skip_llama = false;
   std::string matmul = "both";
+  std::string kv = "both";  // f16, q8 or both (q8: one more run, in the fast order when it runs)
 };
 
 double median(std::vector<double> v) {
@@ -145,6 +147,8 @@ llama_figures run_llama(const bench_options& o, int threads) {
 // Troupe's figures in one matmul order, on a backend built for it.
 struct troupe_figures {
   matmul_order order = matmul_order::llama_cpp;
+  bool kv_q8 = false;
+  std::string name() const { return std::string(matmul_order_name(order)) + " order" + (kv_q8 ? ", q8 K/V" : ""); }
   std::vector<double> pp, tg;
   std::vector<std::pair<int, double>> agg;  // batch size, aggregate decode tokens/s
   kv_usage peak;
@@ -157,13 +161,15 @@ struct troupe_figures {
   }
 };
 
-troupe_figures measure_troupe(backend& be, const bench_options& o, matmul_order order) {
+troupe_figures measure_troupe(backend& be, const bench_options& o, matmul_order order, bool kv_q8) {
   const auto& hp = be.params();
   troupe_figures f;
   f.order = order;
+  f.kv_q8 = kv_q8;
   f.kv_bytes_per_token = be.kv_bytes_per_token();
   f.block_size = be.block_size();
-  const char* name = matmul_order_name(order);
+  const std::string label = f.name();
+  const char* name = label.c_str();
   // Prefill: one prompt of prefill_tokens, in one step.
   for (int r = 0; r < o.repeats; ++r) {
     batch_generator gen(be, o.prefill_tokens);
@@ -225,14 +231,28 @@ int run_bench_engine(const bench_options& o) {
     std::fprintf(stderr, "troupe bench engine: --matmul must be both, fast or llama.cpp, not '%s'\n", o.matmul.c_str());
     return 1;
   }
+  if (o.kv != "f16" && o.kv != "q8" && o.kv != "both") {
+    std::fprintf(stderr, "troupe bench engine: --kv must be f16, q8 or both, not '%s'\n", o.kv.c_str());
+    return 1;
+  }
+  // (order, q8 K/V) runs: each order with fp16 K/V, and q8 K/V once, in the fast order if asked.
+  std::vector<std::pair<matmul_order, bool>> configs;
+  for (auto order : orders)
+    if (o.kv != "q8") configs.emplace_back(order, false);
+  if (o.kv != "f16") configs.emplace_back(orders.back(), true);
   std::vector<troupe_figures> runs;
-  for (auto order : orders) {
+  for (auto [order, kv_q8] : configs) {
     backend_options bo;
     bo.n_threads = threads;
     bo.matmul = order;
+    bo.kv_q8 = kv_q8;
     bo.kv_bytes = static_cast<int64_t>(max_b) * (o.batch_prompt + o.batch_gen + 32) * hp.n_kv_dim() * hp.n_layer * 2 * 2 +
                   (64ll << 20);
     auto be = make_backend("cpu", lm.value()->weights, bo);
+    if (!be && kv_q8 && !kv_q8_supported(hp.head_dim)) {
+      std::fprintf(stderr, "note: %s; q8 K/V skipped\n", be.error().c_str());
+      continue;
+    }
     if (!be) {
       std::fprintf(stderr, "troupe bench engine: %s\n", be.error().c_str());
       return 1;
@@ -242,9 +262,10 @@ int run_bench_engine(const bench_options& o) {
       std::fprintf(stderr, "note: no %s matmul kernels on this CPU (%s); skipped\n", matmul_order_name(order), matmul_isa());
       continue;
     }
-    std::fprintf(stderr, "model %s: %d layers, %d embd, %d vocab; %d threads; matmul path %s, %s order\n",
-                 lm.value()->id.c_str(), hp.n_layer, hp.n_embd, hp.n_vocab, threads, matmul_isa(), matmul_order_name(order));
-    runs.push_back(measure_troupe(*be.value(), o, order));
+    std::fprintf(stderr, "model %s: %d layers, %d embd, %d vocab; %d threads; matmul path %s, %s order%s\n",
+                 lm.value()->id.c_str(), hp.n_layer, hp.n_embd, hp.n_vocab, threads, matmul_isa(), matmul_order_name(order),
+                 kv_q8 ? ", q8 K/V" : "");
+    runs.push_back(measure_troupe(*be.value(), o, order, kv_q8));
   }
   const long rss = peak_rss_kib();
   auto llama = run_llama(o, threads);
@@ -253,13 +274,13 @@ int run_bench_engine(const bench_options& o) {
   std::printf("\n## troupe bench engine — %s, %d threads, matmul path %s\n\n", lm.value()->id.c_str(), threads, matmul_isa());
   std::string head = "| test |", rule = "|---|";
   for (const auto& r : runs) {
-    head += std::string(" troupe (") + matmul_order_name(r.order) + " order) |";
+    head += " troupe (" + r.name() + ") |";
     rule += "---|";
   }
   head += " llama.cpp |";
   rule += "---|";
   for (const auto& r : runs) {
-    head += std::string(" ratio (") + matmul_order_name(r.order) + " order) |";
+    head += " ratio (" + r.name() + ") |";
     rule += "---|";
   }
   std::printf("%s\n%s\n", head.c_str(), rule.c_str());
@@ -285,13 +306,12 @@ int run_bench_engine(const bench_options& o) {
   for (const auto& r : runs)
     for (int b : o.batches)
       if (b != 1 && r.at(1) > 0)
-        std::printf("%s order: batch %d = %.2fx its batch 1\n", matmul_order_name(r.order), b, r.at(b) / r.at(1));
-  if (!runs.empty()) {
-    const auto& r = runs.front();
-    std::printf("\npeak RSS: %.1f MiB; KV bytes per token: %zu (fp16 K and V, %d layers x %d dims); peak KV blocks used: %d of %d (%d tokens/block, %lld slots wasted)\n",
-                static_cast<double>(rss) / 1024.0, r.kv_bytes_per_token, hp.n_layer, hp.n_kv_dim(), r.peak.blocks_used,
+        std::printf("%s: batch %d = %.2fx its batch 1\n", r.name().c_str(), b, r.at(b) / r.at(1));
+  std::printf("\npeak RSS: %.1f MiB\n", static_cast<double>(rss) / 1024.0);
+  for (const auto& r : runs)
+    std::printf("%s: KV bytes per token %zu (%s K and V, %d layers x %d dims); peak KV blocks used: %d of %d (%d tokens/block, %lld slots wasted)\n",
+                r.name().c_str(), r.kv_bytes_per_token, r.kv_q8 ? "q8" : "fp16", hp.n_layer, hp.n_kv_dim(), r.peak.blocks_used,
                 r.peak.blocks_total, r.block_size, static_cast<long long>(r.peak.slots_wasted));
-  }
   if (!llama.note.empty()) std::printf("note: %s\n", llama.note.c_str());
   return 0;
 }
@@ -310,6 +330,7 @@ troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, b
                                    sub.add_option("--decode-tokens", o->decode_tokens, "Tokens for the decode test")->capture_default_str();
                                    sub.add_option("--batch-prompt", o->batch_prompt, "Prompt tokens per sequence in batched decode")->capture_default_str();
                                    sub.add_option("--batch-gen", o->batch_gen, "Generated tokens per sequence in batched decode")->capture_default_str();
+                                   sub.add_option("--kv", o->kv, "K/V memory: f16, q8 or both (q8 once, in the fast order when it runs)")->capture_default_str();
                                    sub.add_flag("--skip-llama", o->skip_llama, "Do not run llama.cpp");
                                    return [o]() { return run_bench_engine(*o); };
                                  });

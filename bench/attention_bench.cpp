@@ -33,20 +33,46 @@ thread_pool& pool() {
 
 double min_of(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
-// Args: batch, context length, order (0 = llama.cpp's decode order, 1 = fast).
+// Args: batch, context length, order (0 = llama.cpp's decode order, 1 = fast), K/V (0 = fp16,
+// 1 = q8: int8 rows with a scale each, attended by the fast kernel whatever the order).
 void BM_decode_step_attention(benchmark::State& state) {
   const auto batch = static_cast<int>(state.range(0));
   const auto n_ctx = static_cast<int32_t>(state.range(1));
   const auto order = state.range(2) != 0 ? attention_order::fast : attention_order::single;
+  const bool q8 = state.range(3) != 0;
+  if (q8 && !kv_q8_supported(k_head_dim)) {
+    state.SkipWithError("no q8 K/V kernel on this CPU");
+    return;
+  }
   const int blocks_per_seq = (n_ctx + k_block - 1) / k_block;
   const int n_blocks = batch * blocks_per_seq;
   const size_t layer_elems = static_cast<size_t>(n_blocks) * k_kv_heads * k_block * k_head_dim;
 
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<uint16_t> k(layer_elems * k_layers), v(layer_elems * k_layers);
-  for (auto* kv : {&k, &v})
-    for (auto& e : *kv) e = fp32_to_fp16(dist(rng));
+  const size_t elem = q8 ? 1 : 2, layer_rows = layer_elems / k_head_dim;
+  std::vector<uint8_t> k(layer_elems * k_layers * elem), v(k.size());
+  std::vector<float> k_scale(layer_rows * k_layers), v_scale(k_scale.size());
+  {
+    // Every position's K and V through kv_store, as the backend writes them.
+    kv_layer_view all;
+    all.k = k.data();
+    all.v = v.data();
+    all.k_scale = k_scale.data();
+    all.v_scale = v_scale.data();
+    all.dtype = q8 ? kv_dtype::q8 : kv_dtype::f16;
+    all.n_kv_heads = k_kv_heads;
+    all.head_dim = k_head_dim;
+    all.block_size = k_block;
+    std::vector<int32_t> identity(static_cast<size_t>(n_blocks * k_layers));
+    std::iota(identity.begin(), identity.end(), 0);
+    std::vector<float> row(k_kv_heads * k_head_dim), row2(row.size());
+    for (int32_t pos = 0; pos < n_blocks * k_layers * k_block; ++pos) {
+      for (auto& x : row) x = dist(rng);
+      for (auto& x : row2) x = dist(rng);
+      kv_store(all, identity.data(), pos, row.data(), row2.data());
+    }
+  }
   // Each sequence's blocks: a random subset of the pool, in random order.
   std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
   std::iota(ids.begin(), ids.end(), 0);
@@ -59,8 +85,11 @@ void BM_decode_step_attention(benchmark::State& state) {
   for (auto _ : state) {
     for (int il = 0; il < k_layers; ++il) {
       kv_layer_view kv;
-      kv.k = k.data() + layer_elems * static_cast<size_t>(il);
-      kv.v = v.data() + layer_elems * static_cast<size_t>(il);
+      kv.k = k.data() + layer_elems * elem * static_cast<size_t>(il);
+      kv.v = v.data() + layer_elems * elem * static_cast<size_t>(il);
+      kv.k_scale = k_scale.data() + layer_rows * static_cast<size_t>(il);
+      kv.v_scale = v_scale.data() + layer_rows * static_cast<size_t>(il);
+      kv.dtype = q8 ? kv_dtype::q8 : kv_dtype::f16;
       kv.n_kv_heads = k_kv_heads;
       kv.head_dim = k_head_dim;
       kv.block_size = k_block;
@@ -76,14 +105,19 @@ void BM_decode_step_attention(benchmark::State& state) {
     }
     benchmark::ClobberMemory();
   }
-  const double kv_bytes = 2.0 * batch * n_ctx * k_kv_heads * k_head_dim * 2 * k_layers;
+  const double kv_bytes = 2.0 * batch * n_ctx * k_kv_heads * (k_head_dim * static_cast<double>(elem) + (q8 ? 4 : 0)) * k_layers;
   state.counters["kv_GB/s"] = benchmark::Counter(kv_bytes, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
-  state.SetLabel(order == attention_order::fast ? "fast order" : "llama.cpp decode order");
+  state.SetLabel(q8 ? "q8 K/V" : order == attention_order::fast ? "fast order" : "llama.cpp decode order");
 }
 BENCHMARK(BM_decode_step_attention)
-    ->ArgNames({"batch", "ctx", "fast"})
-    ->ArgsProduct({{1, 16}, {256}, {0, 1}})
+    ->ArgNames({"batch", "ctx", "fast", "q8"})
+    ->Args({1, 256, 0, 0})
+    ->Args({1, 256, 1, 0})
+    ->Args({1, 256, 1, 1})
+    ->Args({16, 256, 0, 0})
+    ->Args({16, 256, 1, 0})
+    ->Args({16, 256, 1, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->ComputeStatistics("min", min_of);

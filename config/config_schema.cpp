@@ -410,6 +410,7 @@ std::vector<key_spec> make_schema() {
   v.push_back(integer_key("kv.memory_mib", restart, 1, mib, TROUPE_FIELD(kv.memory_mib)));
   v.push_back(integer_key("kv.block_size", restart, 1, 1024, TROUPE_FIELD(kv.block_size)));
   v.push_back(bool_key("kv.f32", restart, TROUPE_FIELD(kv.f32)));
+  v.push_back(bool_key("kv.q8", restart, TROUPE_FIELD(kv.q8)));
   v.push_back(bool_key("kv.prefix_caching", restart, TROUPE_FIELD(kv.prefix_caching)));
 
   v.push_back(string_key("scheduler.policy", hot, true, {}, TROUPE_FIELD(scheduler.policy)));

@@ -92,6 +92,7 @@ void apply_to(const troupe_config& c, model::backend_options& b) {
   b.block_size = static_cast<int32_t>(c.kv.block_size);
   b.kv_bytes = c.kv.memory_mib << 20;
   b.kv_f32 = c.kv.f32;
+  b.kv_q8 = c.kv.q8;
   b.cuda_graphs = c.model.cuda_graphs;
   b.matmul = model::parse_matmul_order(c.model.matmul).value_or(model::matmul_order::llama_cpp);
 }

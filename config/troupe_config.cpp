@@ -60,6 +60,7 @@ kv_section::kv_section() {
   memory_mib = serve_defaults().kv_mb;
   block_size = b.block_size;
   f32 = b.kv_f32;
+  q8 = b.kv_q8;
   prefix_caching = pipeline_defaults().scheduler.prefix_caching;
 }
 

@@ -45,6 +45,7 @@ struct kv_section {
   int64_t memory_mib = 0;
   int64_t block_size = 0;
   bool f32 = false;
+  bool q8 = false;
   bool prefix_caching = false;
   kv_section();
 };

@@ -388,7 +388,8 @@ result<std::unique_ptr<cuda_backend>> cuda_backend::create(std::shared_ptr<llama
     return make_error("CUDA device " + std::to_string(c.device) + " does not exist (" + std::to_string(n_dev) +
                       " present)");
   if (o.block_size <= 0 || o.block_size > 1024) return make_error("kv block size must be in 1..1024");
-  if (o.kv_f32) return make_error("the cuda backend keeps KV memory in fp16 only (set kv_f32 off)");
+  if (o.kv_f32 || o.kv_q8)
+    return make_error("the cuda backend keeps KV memory in fp16 only (set kv.f32 and kv.q8 off)");
   const auto& hp = m->params();
   if (hp.head_dim > kernels::k_max_head_dim)
     return make_error("the cuda backend supports head sizes up to " + std::to_string(kernels::k_max_head_dim) +

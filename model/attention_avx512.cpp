@@ -18,9 +18,12 @@ namespace {
 
 constexpr int k_chunk = 16;  // positions scored together (one register of results)
 
+// Row types: f16 and f32 values as stored; q8 codes, each row scaled by its own float
+// (kScaled: scores and weights are multiplied by the row's scale instead of every value).
 struct f16_rows {
   using type = uint16_t;
   static constexpr bool type_is_f32 = false;
+  static constexpr bool kScaled = false;
   static __m512 load16(const type* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
@@ -28,7 +31,16 @@ struct f16_rows {
 struct f32_rows {
   using type = float;
   static constexpr bool type_is_f32 = true;
+  static constexpr bool kScaled = false;
   static __m512 load16(const type* p) { return _mm512_loadu_ps(p); }
+};
+struct q8_rows {
+  using type = int8_t;
+  static constexpr bool type_is_f32 = false;
+  static constexpr bool kScaled = true;
+  static __m512 load16(const type* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
 };
 
 // Lane p of the result: the sum of v[p]'s 16 lanes. Pairs, then quads, are interleaved and
@@ -47,11 +59,11 @@ inline __m512 sum_lanes16(const __m512 (&v)[k_chunk]) {
                        _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// Scores of n <= 16 consecutive positions whose K rows start at kp, for every head of the
-// group, times scale, into scratch[h * n_ctx + pos0 ...].
+// Scores of n <= 16 consecutive positions whose K rows start at kp (q8: their scales at ks),
+// for every head of the group, times scale, into scratch[h * n_ctx + pos0 ...].
 template <class E, int HD>
-void score_chunk(const typename E::type* kp, int n, const float* qg, int group, float scale, float* scratch,
-                 int64_t n_ctx, int32_t pos0) {
+void score_chunk(const typename E::type* kp, const float* ks, int n, const float* qg, int group, float scale,
+                 float* scratch, int64_t n_ctx, int32_t pos0) {
   constexpr int R = HD / 16;  // registers per row
   alignas(64) float widened[E::type_is_f32 ? 1 : k_chunk * HD];
   const float* rows;
@@ -63,7 +75,8 @@ void score_chunk(const typename E::type* kp, int n, const float* qg, int group, 
     rows = widened;
   }
   const auto mask = static_cast<__mmask16>((1u << n) - 1);
-  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 vscale = _mm512_set1_ps(scale);
+  if constexpr (E::kScaled) vscale = _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(mask, ks));
   for (int h = 0; h < group; ++h) {
     __m512 qh[R];
     for (int i = 0; i < R; ++i) qh[i] = _mm512_loadu_ps(qg + h * HD + 16 * i);
@@ -93,13 +106,17 @@ void weigh_values(const typename E::type* V, const kv_layer_view& kv, const int3
     for (auto& r : a) r = _mm512_setzero_ps();
   const int bs = kv.block_size;
   for (int32_t p0 = 0, b = 0; p0 < n_ctx; p0 += bs, ++b) {
-    const auto* rows = V + kv.offset(block_table[b], kv_head, 0);
+    const int64_t off = kv.offset(block_table[b], kv_head, 0);
+    const auto* rows = V + off;
+    const float* vs = E::kScaled ? kv.v_scale + off / HD : nullptr;
     const int n = std::min(bs, n_ctx - p0);
     for (int s = 0; s < n; ++s) {
       __m512 v[R];
       for (int i = 0; i < R; ++i) v[i] = E::load16(rows + s * HD + 16 * i);
       for (int h = 0; h < NH; ++h) {
-        const __m512 wh = _mm512_set1_ps(w[h * static_cast<int64_t>(n_ctx) + p0 + s]);
+        float wv = w[h * static_cast<int64_t>(n_ctx) + p0 + s];
+        if constexpr (E::kScaled) wv *= vs[s];
+        const __m512 wh = _mm512_set1_ps(wv);
         for (int i = 0; i < R; ++i) acc[h][i] = _mm512_fmadd_ps(wh, v[i], acc[h][i]);
       }
     }
@@ -117,11 +134,12 @@ void attend(const float* q, const kv_layer_view& kv, const int32_t* block_table,
   float* og = out + static_cast<int64_t>(kv_head) * group * HD;
   const int bs = kv.block_size;
   for (int32_t p0 = 0, b = 0; p0 < n_ctx; p0 += bs, ++b) {
-    const auto* rows = K + kv.offset(block_table[b], kv_head, 0);
+    const int64_t off = kv.offset(block_table[b], kv_head, 0);
+    const float* ks = E::kScaled ? kv.k_scale + off / HD : nullptr;
     const int n = std::min(bs, n_ctx - p0);
     for (int c = 0; c < n; c += k_chunk)
-      score_chunk<E, HD>(rows + static_cast<int64_t>(c) * HD, std::min(k_chunk, n - c), qg, group, scale, scratch,
-                         n_ctx, p0 + c);
+      score_chunk<E, HD>(K + off + static_cast<int64_t>(c) * HD, ks ? ks + c : nullptr, std::min(k_chunk, n - c), qg,
+                         group, scale, scratch, n_ctx, p0 + c);
   }
   float inv[4];
   // Up to 4 heads per pass over V at head size 64 (16 accumulators), 2 at 128.
@@ -148,13 +166,15 @@ void attend(const float* q, const kv_layer_view& kv, const int32_t* block_table,
 
 void attend_avx512(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
                    int group, float scale, float* out, float* scratch) {
-  const bool f16 = kv.dtype == kv_dtype::f16;
-  if (kv.head_dim == 64) {
-    if (f16) attend<f16_rows, 64>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
-    else attend<f32_rows, 64>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
-  } else {
-    if (f16) attend<f16_rows, 128>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
-    else attend<f32_rows, 128>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+  auto run = [&](auto rows) {
+    using E = decltype(rows);
+    if (kv.head_dim == 64) attend<E, 64>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+    else attend<E, 128>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+  };
+  switch (kv.dtype) {
+    case kv_dtype::f16: run(f16_rows{}); break;
+    case kv_dtype::q8: run(q8_rows{}); break;
+    default: run(f32_rows{}); break;
   }
 }
 

@@ -20,12 +20,28 @@ void grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
+kv_dtype kv_type_of(const backend_options& o) {
+  return o.kv_q8 ? kv_dtype::q8 : o.kv_f32 ? kv_dtype::f32 : kv_dtype::f16;
+}
+
+size_t kv_elem_bytes(kv_dtype t) { return t == kv_dtype::f32 ? 4 : t == kv_dtype::f16 ? 2 : 1; }
+
+// K and V of one token over all layers (q8: plus a float scale per row of head_dim values).
+size_t kv_token_bytes(const hparams& hp, kv_dtype t) {
+  const size_t row = static_cast<size_t>(hp.head_dim) * kv_elem_bytes(t) + (t == kv_dtype::q8 ? sizeof(float) : 0);
+  return row * hp.n_head_kv * hp.n_layer * 2;
+}
+
 }  // namespace
 
 result<std::unique_ptr<backend>> cpu_backend::create(std::shared_ptr<llama_model> m, const backend_options& o) {
   if (o.block_size <= 0 || o.block_size > 1024) return make_error("kv block size must be in 1..1024");
   const auto& hp = m->params();
-  const size_t per_block = static_cast<size_t>(o.block_size) * hp.n_kv_dim() * hp.n_layer * 2 * (o.kv_f32 ? 4 : 2);
+  if (o.kv_f32 && o.kv_q8) return make_error("kv memory is either f32 or q8 (kv.f32, kv.q8), not both");
+  if (o.kv_q8 && !kv_q8_supported(hp.head_dim))
+    return make_error("q8 kv memory needs a CPU with AVX-512 and a head size of 64 or 128 (this model's: " +
+                      std::to_string(hp.head_dim) + ")");
+  const size_t per_block = static_cast<size_t>(o.block_size) * kv_token_bytes(hp, kv_type_of(o));
   const auto n_blocks = static_cast<int64_t>(static_cast<size_t>(o.kv_bytes) / per_block);
   if (n_blocks < 1)
     return make_error("kv memory budget of " + std::to_string(o.kv_bytes) + " bytes holds no block of " +
@@ -39,11 +55,16 @@ cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& 
       pool_(o.n_threads),
       block_size_(o.block_size),
       n_blocks_(n_blocks),
-      kv_type_(o.kv_f32 ? kv_dtype::f32 : kv_dtype::f16) {
+      kv_type_(kv_type_of(o)) {
   const auto& hp = model_->params();
-  const size_t n = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_kv_dim() * hp.n_layer * (o.kv_f32 ? 4 : 2);
+  const size_t rows = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_head_kv * hp.n_layer;
+  const size_t n = rows * hp.head_dim * kv_elem_bytes(kv_type_);
   k_cache_.assign(n, 0);
   v_cache_.assign(n, 0);
+  if (kv_type_ == kv_dtype::q8) {
+    k_scale_.assign(rows, 0.0f);
+    v_scale_.assign(rows, 0.0f);
+  }
   layers_ = model_->layers();
   output_ = model_->output();
   // TROUPE_MATMUL_ORDER=fast|llama.cpp overrides the option (for comparisons and tools).
@@ -74,10 +95,7 @@ void cpu_backend::pack_matrices() {
   order_ = packed_.empty() ? matmul_order::llama_cpp : matmul_order::fast;
 }
 
-size_t cpu_backend::kv_bytes_per_token() const {
-  const auto& hp = model_->params();
-  return static_cast<size_t>(hp.n_kv_dim()) * hp.n_layer * 2 * (kv_type_ == kv_dtype::f32 ? 4 : 2);
-}
+size_t cpu_backend::kv_bytes_per_token() const { return kv_token_bytes(model_->params(), kv_type_); }
 
 kv_layer_view cpu_backend::layer_view(int layer) {
   const auto& hp = model_->params();
@@ -86,6 +104,11 @@ kv_layer_view cpu_backend::layer_view(int layer) {
   const size_t per_layer = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_kv_dim() * v.elem_size();
   v.k = k_cache_.data() + per_layer * static_cast<size_t>(layer);
   v.v = v_cache_.data() + per_layer * static_cast<size_t>(layer);
+  if (kv_type_ == kv_dtype::q8) {
+    const size_t rows_per_layer = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_head_kv;
+    v.k_scale = k_scale_.data() + rows_per_layer * static_cast<size_t>(layer);
+    v.v_scale = v_scale_.data() + rows_per_layer * static_cast<size_t>(layer);
+  }
   v.n_kv_heads = hp.n_head_kv;
   v.head_dim = hp.head_dim;
   v.block_size = block_size_;

@@ -44,6 +44,7 @@ class cpu_backend final : public backend {
   weight_view output_;
   std::vector<packed_weights> packed_;
   std::vector<uint8_t> k_cache_, v_cache_;  // [layer][block][kv_head][slot][head_dim] of kv_type_
+  std::vector<float> k_scale_, v_scale_;    // q8: one per row, [layer][block][kv_head][slot]
 
   // Step scratch, grown on demand and reused.
   std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, rope_cos_, rope_sin_, out_rows_;

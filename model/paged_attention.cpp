@@ -217,18 +217,84 @@ void attend_t(const float* q, const kv_layer_view& kv, const int32_t* block_tabl
   }
 }
 
+// One row of n values as int8 codes and a scale (max |x| / 127; 0 for an all-zero row).
+void quantize_kv_row(const float* x, int n, int8_t* q, float* scale) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.0f;
+  const float id = d > 0.0f ? 1.0f / d : 0.0f;
+  for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
+  *scale = d;
+}
+
+void store_q8(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, const float* k, const float* v) {
+  const int32_t block = block_table[pos / kv.block_size];
+  const int slot = pos % kv.block_size;
+  for (int h = 0; h < kv.n_kv_heads; ++h) {
+    const int64_t off = kv.offset(block, h, slot);
+    const int64_t row = off / kv.head_dim;
+    const int64_t src = static_cast<int64_t>(h) * kv.head_dim;
+    quantize_kv_row(k + src, kv.head_dim, static_cast<int8_t*>(kv.k) + off, kv.k_scale + row);
+    quantize_kv_row(v + src, kv.head_dim, static_cast<int8_t*>(kv.v) + off, kv.v_scale + row);
+  }
+}
+
+// q8 memory without the AVX-512 kernel (other CPUs or head sizes; cpu_backend refuses those,
+// so only direct callers get here): plain loops, softmax as everywhere else.
+void attend_q8_plain(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
+                     int group, float scale, float* out, float* scratch) {
+  const int hd = kv.head_dim;
+  const auto* K = static_cast<const int8_t*>(kv.k);
+  const auto* V = static_cast<const int8_t*>(kv.v);
+  auto row_of = [&](int32_t pos) { return kv.offset(block_table[pos / kv.block_size], kv_head, pos % kv.block_size); };
+  for (int j = 0; j < group; ++j) {
+    const float* qj = q + (static_cast<int64_t>(kv_head) * group + j) * hd;
+    float* s = scratch + static_cast<int64_t>(j) * n_ctx;
+    for (int32_t pos = 0; pos < n_ctx; ++pos) {
+      const int64_t off = row_of(pos);
+      float dot = 0.0f;
+      for (int i = 0; i < hd; ++i) dot += qj[i] * K[off + i];
+      s[pos] = dot * kv.k_scale[off / hd] * scale;
+    }
+    const float inv = static_cast<float>(1.0 / exp_sum(s, max_value(s, n_ctx), s, n_ctx));
+    float* o = out + (static_cast<int64_t>(kv_head) * group + j) * hd;
+    std::fill(o, o + hd, 0.0f);
+    for (int32_t pos = 0; pos < n_ctx; ++pos) {
+      const int64_t off = row_of(pos);
+      const float w = s[pos] * inv * kv.v_scale[off / hd];
+      for (int i = 0; i < hd; ++i) o[i] += w * V[off + i];
+    }
+  }
+}
+
+bool cpu_has_avx512() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
+  return avx512;
+}
+
 }  // namespace
+
+bool kv_q8_supported(int head_dim) {
+  kv_layer_view probe;
+  probe.head_dim = head_dim;
+  return cpu_has_avx512() && detail::attend_avx512_fits(probe);
+}
 
 void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, const float* k, const float* v) {
   if (kv.dtype == kv_dtype::f16) store_t<f16_elems>(kv, block_table, pos, k, v);
+  else if (kv.dtype == kv_dtype::q8) store_q8(kv, block_table, pos, k, v);
   else store_t<f32_elems>(kv, block_table, pos, k, v);
 }
 
 void paged_attention_group(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
                            int kv_head, int group, float scale, float* out, float* scratch, attention_order order) {
+  if (kv.dtype == kv_dtype::q8) {  // one kernel (the fast order's) whatever the order asked
+    if (kv_q8_supported(kv.head_dim)) detail::attend_avx512(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+    else attend_q8_plain(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+    return;
+  }
   if (order == attention_order::fast) {
-    static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
-    if (avx512 && detail::attend_avx512_fits(kv)) {
+    if (cpu_has_avx512() && detail::attend_avx512_fits(kv)) {
       detail::attend_avx512(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
       return;
     }

@@ -1,26 +1,34 @@
 #pragma once
 // Attention of one query token against its sequence's paged KV memory (K and V stored per block
-// as [kv_head][slot][head_dim], in fp16 or f32); a sequence reads only its own blocks.
+// as [kv_head][slot][head_dim], in fp16, f32 or q8); a sequence reads only its own blocks.
 #include <cstddef>
 #include <cstdint>
 
 namespace troupe::model {
 
-enum class kv_dtype { f16, f32 };
+// q8: each row (one token's head_dim values of one KV head) as int8 with one float scale,
+// value = q * scale, scale = max |x| / 127: about half of fp16's memory.
+enum class kv_dtype { f16, f32, q8 };
 
 struct kv_layer_view {
   void* k = nullptr;           // this layer's K blocks
   void* v = nullptr;           // this layer's V blocks
   kv_dtype dtype = kv_dtype::f16;
+  float* k_scale = nullptr;    // q8: this layer's row scales, row r's at offset(r) / head_dim
+  float* v_scale = nullptr;
   int n_kv_heads = 0;
   int head_dim = 0;
   int block_size = 0;
-  size_t elem_size() const { return dtype == kv_dtype::f16 ? 2 : 4; }
+  size_t elem_size() const { return dtype == kv_dtype::f16 ? 2 : dtype == kv_dtype::q8 ? 1 : 4; }
   int64_t block_stride() const { return static_cast<int64_t>(n_kv_heads) * block_size * head_dim; }
   int64_t offset(int32_t block, int kv_head, int slot) const {
     return block * block_stride() + (static_cast<int64_t>(kv_head) * block_size + slot) * head_dim;
   }
 };
+
+// Whether this CPU attends over q8 K/V at this head size (AVX-512, head size 64 or 128): q8
+// memory has only the fast order's kernel, which paged_attention_group then always uses.
+bool kv_q8_supported(int head_dim);
 
 // Stores one token's K and V (n_kv_heads * head_dim floats each) at position `pos`.
 void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, const float* k, const float* v);

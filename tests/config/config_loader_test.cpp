@@ -106,7 +106,7 @@ TEST(ConfigLoader, UnknownSectionSuggestsTheClosestOne) {
 
 TEST(ConfigLoader, UnknownKeyFarFromAnyListsTheSectionsKeys) {
   const auto e = error_of("[kv]\nwhatever = 1\n");
-  EXPECT_TRUE(has(e, "t.toml:2:1: kv.whatever: unknown key (keys of [kv]: memory_mib, block_size, f32, prefix_caching)"));
+  EXPECT_TRUE(has(e, "t.toml:2:1: kv.whatever: unknown key (keys of [kv]: memory_mib, block_size, f32, q8, prefix_caching)"));
 }
 
 TEST(ConfigLoader, UnknownKeyInASubTableAndInANamedEntry) {

@@ -50,7 +50,18 @@ TEST(ServeConfig, DefaultsGiveServesOwnDefaults) {
   EXPECT_EQ(b.block_size, b0.block_size);
   EXPECT_EQ(b.kv_bytes, b0.kv_bytes);
   EXPECT_EQ(b.kv_f32, b0.kv_f32);
+  EXPECT_EQ(b.kv_q8, b0.kv_q8);
   EXPECT_EQ(b.cuda_graphs, b0.cuda_graphs);
+}
+
+TEST(ServeConfig, KvQ8ReachesTheBackendOptions) {
+  auto c = parse_config("[kv]\nq8 = true\n", "t.toml");
+  ASSERT_TRUE(c.ok()) << c.error();
+  actors::pipeline_config p;
+  model::backend_options b;
+  to_serve_options(c.value()).configure(p, b);
+  EXPECT_TRUE(b.kv_q8);
+  EXPECT_FALSE(b.kv_f32);
 }
 
 TEST(ServeConfig, EverySectionReachesTheStructItConfigures) {

@@ -29,12 +29,16 @@ std::vector<float> run(const attention_case& c, kv_dtype dt, attention_order ord
   const int n_blocks = (c.n_ctx + c.block_size - 1) / c.block_size;
   std::vector<int32_t> table(static_cast<size_t>(n_blocks));
   for (int b = 0; b < n_blocks; ++b) table[static_cast<size_t>(b)] = n_blocks - 1 - b;  // scattered blocks
-  const size_t elem = dt == kv_dtype::f16 ? 2 : 4;
-  std::vector<uint8_t> kmem(static_cast<size_t>(n_blocks) * c.block_size * kvd * elem);
+  const size_t elem = dt == kv_dtype::f16 ? 2 : dt == kv_dtype::q8 ? 1 : 4;
+  const size_t n_rows = static_cast<size_t>(n_blocks) * c.block_size * c.n_kv_heads;
+  std::vector<uint8_t> kmem(n_rows * c.head_dim * elem);
   std::vector<uint8_t> vmem(kmem.size());
+  std::vector<float> kscale(n_rows), vscale(n_rows);
   kv_layer_view kv;
   kv.k = kmem.data();
   kv.v = vmem.data();
+  kv.k_scale = kscale.data();
+  kv.v_scale = vscale.data();
   kv.dtype = dt;
   kv.n_kv_heads = c.n_kv_heads;
   kv.head_dim = c.head_dim;
@@ -47,6 +51,24 @@ std::vector<float> run(const attention_case& c, kv_dtype dt, attention_order ord
   if (dt == kv_dtype::f16) {
     for (auto& x : K) x = round_fp16(x);
     for (auto& x : V) x = round_fp16(x);
+  }
+  std::vector<double> Kd(K.begin(), K.end()), Vd(V.begin(), V.end());
+  if (dt == kv_dtype::q8) {  // the reference sees code x scale, read back from the memory itself
+    for (int p = 0; p < c.n_ctx; ++p)
+      for (int g = 0; g < c.n_kv_heads; ++g) {
+        const int64_t off = kv.offset(table[static_cast<size_t>(p / c.block_size)], g, p % c.block_size);
+        const float ks = kscale[static_cast<size_t>(off / c.head_dim)], vs = vscale[static_cast<size_t>(off / c.head_dim)];
+        float amax = 0.0f;
+        for (int i = 0; i < c.head_dim; ++i) {
+          const size_t at = static_cast<size_t>(p * kvd + g * c.head_dim + i);
+          amax = std::max(amax, std::fabs(K[at]));
+          Kd[at] = static_cast<double>(reinterpret_cast<const int8_t*>(kmem.data())[off + i]) * ks;
+          Vd[at] = static_cast<double>(reinterpret_cast<const int8_t*>(vmem.data())[off + i]) * vs;
+          // each code is the value rounded to the nearest step of the row's scale
+          EXPECT_LE(std::fabs(Kd[at] - K[at]), 0.5 * ks * (1 + 1e-5));
+        }
+        EXPECT_FLOAT_EQ(ks, amax / 127.0f);
+      }
   }
   std::vector<float> q(static_cast<size_t>(n_q) * c.head_dim);
   for (auto& x : q) x = d(rng);
@@ -63,7 +85,7 @@ std::vector<float> run(const attention_case& c, kv_dtype dt, attention_order ord
     for (int p = 0; p < c.n_ctx; ++p) {
       double dot = 0;
       for (int i = 0; i < c.head_dim; ++i)
-        dot += static_cast<double>(q[h * c.head_dim + i]) * K[p * kvd + g * c.head_dim + i];
+        dot += static_cast<double>(q[h * c.head_dim + i]) * Kd[static_cast<size_t>(p * kvd + g * c.head_dim + i)];
       s[static_cast<size_t>(p)] = dot * scale;
     }
     const double mx = *std::max_element(s.begin(), s.end());
@@ -72,7 +94,7 @@ std::vector<float> run(const attention_case& c, kv_dtype dt, attention_order ord
     for (int p = 0; p < c.n_ctx; ++p)
       for (int i = 0; i < c.head_dim; ++i)
         want[static_cast<size_t>(h * c.head_dim + i)] +=
-            s[static_cast<size_t>(p)] / sum * V[p * kvd + g * c.head_dim + i];
+            s[static_cast<size_t>(p)] / sum * Vd[static_cast<size_t>(p * kvd + g * c.head_dim + i)];
   }
   return out;
 }
@@ -93,14 +115,14 @@ TEST(PagedAttention, MatchesDoublePrecisionReference) {
       {2, 96, 2, 16, 40},   // head size 96: the fast order falls back to llama.cpp's decode order
   };
   for (const auto& c : cases)
-    for (kv_dtype dt : {kv_dtype::f32, kv_dtype::f16})
+    for (kv_dtype dt : {kv_dtype::f32, kv_dtype::f16, kv_dtype::q8})
       for (attention_order order : {attention_order::single, attention_order::batch, attention_order::fast}) {
         std::vector<double> want;
         const auto got = run(c, dt, order, want);
         double worst = 0;
         for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
         EXPECT_LT(worst, 2e-6) << "head_dim " << c.head_dim << " group " << c.group << " n_ctx " << c.n_ctx
-                               << (dt == kv_dtype::f16 ? " f16" : " f32")
+                               << (dt == kv_dtype::f16 ? " f16" : dt == kv_dtype::q8 ? " q8" : " f32")
                                << (order == attention_order::batch ? " batch" : order == attention_order::fast ? " fast" : " single");
       }
 }
