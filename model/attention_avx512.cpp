@@ -43,6 +43,28 @@ struct q8_rows {
   }
 };
 
+// Rows k_ahead positions on are fetched while this one is read: a KV head's rows are contiguous
+// only within a block, and blocks lie anywhere in the pool, so the hardware prefetcher restarts
+// at every block; one row (two lines at 64 fp16 values) per position spreads the requests.
+constexpr int32_t k_ahead = 32;
+
+template <class T>
+inline void prefetch_row(const T* row) {
+  if (!row) return;
+  const auto* p = reinterpret_cast<const char*>(row);
+  _mm_prefetch(p, _MM_HINT_T0);
+  _mm_prefetch(p + 64, _MM_HINT_T0);
+}
+
+// The row of position pos + k_ahead in base (nullptr past the context).
+template <class T>
+const T* row_ahead(const T* base, const kv_layer_view& kv, const int32_t* block_table, int kv_head, int32_t n_ctx,
+                   int32_t pos) {
+  const int32_t at = pos + k_ahead;
+  if (at >= n_ctx) return nullptr;
+  return base + kv.offset(block_table[at / kv.block_size], kv_head, at % kv.block_size);
+}
+
 // Lane p of the result: the sum of v[p]'s 16 lanes. Pairs, then quads, are interleaved and
 // added within 128-bit lanes, then the four 128-bit partial sums are folded across lanes.
 inline __m512 sum_lanes16(const __m512 (&v)[k_chunk]) {
@@ -61,17 +83,19 @@ inline __m512 sum_lanes16(const __m512 (&v)[k_chunk]) {
 
 // Scores of n <= 16 consecutive positions whose K rows start at kp (q8: their scales at ks),
 // for every head of the group, times scale, into scratch[h * n_ctx + pos0 ...].
-template <class E, int HD>
+template <class E, int HD, class Ahead>
 void score_chunk(const typename E::type* kp, const float* ks, int n, const float* qg, int group, float scale,
-                 float* scratch, int64_t n_ctx, int32_t pos0) {
+                 float* scratch, int64_t n_ctx, int32_t pos0, const Ahead& ahead) {
   constexpr int R = HD / 16;  // registers per row
   alignas(64) float widened[E::type_is_f32 ? 1 : k_chunk * HD];
   const float* rows;
   if constexpr (E::type_is_f32) {
     rows = kp;
   } else {
-    for (int p = 0; p < n; ++p)
+    for (int p = 0; p < n; ++p) {
+      prefetch_row(ahead(p));
       for (int i = 0; i < R; ++i) _mm512_store_ps(widened + p * HD + 16 * i, E::load16(kp + p * HD + 16 * i));
+    }
     rows = widened;
   }
   const auto mask = static_cast<__mmask16>((1u << n) - 1);
@@ -111,6 +135,7 @@ void weigh_values(const typename E::type* V, const kv_layer_view& kv, const int3
     const float* vs = E::kScaled ? kv.v_scale + off / HD : nullptr;
     const int n = std::min(bs, n_ctx - p0);
     for (int s = 0; s < n; ++s) {
+      prefetch_row(row_ahead(V, kv, block_table, kv_head, n_ctx, p0 + s));
       __m512 v[R];
       for (int i = 0; i < R; ++i) v[i] = E::load16(rows + s * HD + 16 * i);
       for (int h = 0; h < NH; ++h) {
@@ -137,9 +162,11 @@ void attend(const float* q, const kv_layer_view& kv, const int32_t* block_table,
     const int64_t off = kv.offset(block_table[b], kv_head, 0);
     const float* ks = E::kScaled ? kv.k_scale + off / HD : nullptr;
     const int n = std::min(bs, n_ctx - p0);
-    for (int c = 0; c < n; c += k_chunk)
+    for (int c = 0; c < n; c += k_chunk) {
+      auto ahead = [&](int p) { return row_ahead(K, kv, block_table, kv_head, n_ctx, p0 + c + p); };
       score_chunk<E, HD>(K + off + static_cast<int64_t>(c) * HD, ks ? ks + c : nullptr, std::min(k_chunk, n - c), qg,
-                         group, scale, scratch, n_ctx, p0 + c);
+                         group, scale, scratch, n_ctx, p0 + c, ahead);
+    }
   }
   float inv[4];
   // Up to 4 heads per pass over V at head size 64 (16 accumulators), 2 at 128.
