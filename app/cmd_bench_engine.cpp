@@ -35,6 +35,7 @@ struct bench_options {
   int batch_gen = 128;
   std::vector<int> batches = {1, 4, 16, 64};
   int repeats = 3;
+  int batch_repeats = 3;
   bool skip_llama = false;
   std::string matmul = "both";
   std::string kv = "both";  // f16, q8 or both (q8: one more run, in the fast order when it runs)
@@ -161,6 +162,23 @@ struct troupe_figures {
   }
 };
 
+// One batched-decode run: aggregate decode tokens/s; `peak` keeps the fullest KV use seen.
+double batched_decode(backend& be, const bench_options& o, int b, kv_usage& peak) {
+  batch_generator gen(be, 2048);
+  std::vector<generation_request> reqs;
+  for (int i = 0; i < b; ++i) {
+    generation_request req;
+    req.prompt = random_prompt(o.batch_prompt, be.params().n_vocab, 1000 + static_cast<uint32_t>(i));
+    req.max_tokens = o.batch_gen;
+    reqs.push_back(req);
+  }
+  generation_stats st;
+  gen.run(reqs, &st);
+  if (st.peak_kv.blocks_used > peak.blocks_used) peak = st.peak_kv;
+  // The first token of each sequence comes from prefill; the decode phase makes the rest.
+  return static_cast<double>(st.generated_tokens - b) / st.decode_seconds;
+}
+
 troupe_figures measure_troupe(backend& be, const bench_options& o, matmul_order order, bool kv_q8) {
   const auto& hp = be.params();
   troupe_figures f;
@@ -192,23 +210,15 @@ troupe_figures measure_troupe(backend& be, const bench_options& o, matmul_order 
     f.tg.push_back(static_cast<double>(st.decode_steps) / st.decode_seconds);
     std::fprintf(stderr, "  %s: decode run %d: %.1f tokens/s\n", name, r + 1, f.tg.back());
   }
-  // Batched decode: B sequences of batch_prompt + batch_gen tokens, decoding together.
+  // Batched decode: B sequences of batch_prompt + batch_gen tokens, decoding together; the
+  // median of batch_repeats runs (the ratios to batch 1 divide two noisy figures).
   for (int b : o.batches) {
-    batch_generator gen(be, 2048);
-    std::vector<generation_request> reqs;
-    for (int i = 0; i < b; ++i) {
-      generation_request req;
-      req.prompt = random_prompt(o.batch_prompt, hp.n_vocab, 1000 + static_cast<uint32_t>(i));
-      req.max_tokens = o.batch_gen;
-      reqs.push_back(req);
+    std::vector<double> runs;
+    for (int r = 0; r < std::max(1, o.batch_repeats); ++r) {
+      runs.push_back(batched_decode(be, o, b, f.peak));
+      std::fprintf(stderr, "  %s: batch %d run %d: %.1f tokens/s aggregate decode\n", name, b, r + 1, runs.back());
     }
-    generation_stats st;
-    gen.run(reqs, &st);
-    // The first token of each sequence comes from prefill; the decode phase makes the rest.
-    const double tps = static_cast<double>(st.generated_tokens - b) / st.decode_seconds;
-    f.agg.emplace_back(b, tps);
-    if (st.peak_kv.blocks_used > f.peak.blocks_used) f.peak = st.peak_kv;
-    std::fprintf(stderr, "  %s: batch %d: %.1f tokens/s aggregate decode\n", name, b, tps);
+    f.agg.emplace_back(b, median(runs));
   }
   return f;
 }
@@ -326,6 +336,7 @@ troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, b
                                        ->capture_default_str();
                                    sub.add_option("--batches", o->batches, "Batch sizes for aggregate decode")->delimiter(',')->capture_default_str();
                                    sub.add_option("--repeats", o->repeats, "Repetitions of the single-sequence tests")->capture_default_str();
+                                   sub.add_option("--batch-repeats", o->batch_repeats, "Repetitions of each batched test (median)")->capture_default_str();
                                    sub.add_option("--prefill-tokens", o->prefill_tokens, "Prompt length for the prefill test")->capture_default_str();
                                    sub.add_option("--decode-tokens", o->decode_tokens, "Tokens for the decode test")->capture_default_str();
                                    sub.add_option("--batch-prompt", o->batch_prompt, "Prompt tokens per sequence in batched decode")->capture_default_str();
