@@ -45,15 +45,14 @@ struct q8_rows {
 
 // Rows k_ahead positions on are fetched while this one is read: a KV head's rows are contiguous
 // only within a block, and blocks lie anywhere in the pool, so the hardware prefetcher restarts
-// at every block; one row (two lines at 64 fp16 values) per position spreads the requests.
+// at every block; one row per position (2 lines at 64 fp16 values) spreads the requests.
 constexpr int32_t k_ahead = 32;
 
-template <class T>
+template <int HD, class T>
 inline void prefetch_row(const T* row) {
   if (!row) return;
   const auto* p = reinterpret_cast<const char*>(row);
-  _mm_prefetch(p, _MM_HINT_T0);
-  _mm_prefetch(p + 64, _MM_HINT_T0);
+  for (size_t o = 0; o < HD * sizeof(T); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
 }
 
 // The row of position pos + k_ahead in base (nullptr past the context).
@@ -87,15 +86,14 @@ template <class E, int HD, class Ahead>
 void score_chunk(const typename E::type* kp, const float* ks, int n, const float* qg, int group, float scale,
                  float* scratch, int64_t n_ctx, int32_t pos0, const Ahead& ahead) {
   constexpr int R = HD / 16;  // registers per row
+  for (int p = 0; p < n; ++p) prefetch_row<HD>(ahead(p));
   alignas(64) float widened[E::type_is_f32 ? 1 : k_chunk * HD];
   const float* rows;
   if constexpr (E::type_is_f32) {
     rows = kp;
   } else {
-    for (int p = 0; p < n; ++p) {
-      prefetch_row(ahead(p));
+    for (int p = 0; p < n; ++p)
       for (int i = 0; i < R; ++i) _mm512_store_ps(widened + p * HD + 16 * i, E::load16(kp + p * HD + 16 * i));
-    }
     rows = widened;
   }
   const auto mask = static_cast<__mmask16>((1u << n) - 1);
@@ -135,7 +133,7 @@ void weigh_values(const typename E::type* V, const kv_layer_view& kv, const int3
     const float* vs = E::kScaled ? kv.v_scale + off / HD : nullptr;
     const int n = std::min(bs, n_ctx - p0);
     for (int s = 0; s < n; ++s) {
-      prefetch_row(row_ahead(V, kv, block_table, kv_head, n_ctx, p0 + s));
+      prefetch_row<HD>(row_ahead(V, kv, block_table, kv_head, n_ctx, p0 + s));
       __m512 v[R];
       for (int i = 0; i < R; ++i) v[i] = E::load16(rows + s * HD + 16 * i);
       for (int h = 0; h < NH; ++h) {

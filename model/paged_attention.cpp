@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -217,14 +218,23 @@ void attend_t(const float* q, const kv_layer_view& kv, const int32_t* block_tabl
   }
 }
 
-// One row of n values as int8 codes and a scale (max |x| / 127; 0 for an all-zero row).
+// One row of n values as int8 codes and a scale (max |x| / 127). A row too small for 1 / scale
+// to be finite is stored as zeros; a NaN or infinite value makes the scale NaN, so the row reads
+// back as NaN, as fp16 memory would keep it.
 void quantize_kv_row(const float* x, int n, int8_t* q, float* scale) {
   float amax = 0.0f;
-  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  bool finite = true;
+  for (int i = 0; i < n; ++i) {
+    finite = finite && std::isfinite(x[i]);
+    amax = std::max(amax, std::fabs(x[i]));
+  }
   const float d = amax / 127.0f;
-  const float id = d > 0.0f ? 1.0f / d : 0.0f;
-  for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
-  *scale = d;
+  const float id = finite && d > 0.0f && std::isfinite(1.0f / d) ? 1.0f / d : 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float c = finite ? std::nearbyint(x[i] * id) : 0.0f;
+    q[i] = static_cast<int8_t>(std::clamp(c, -127.0f, 127.0f));
+  }
+  *scale = finite ? d : std::numeric_limits<float>::quiet_NaN();
 }
 
 void store_q8(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, const float* k, const float* v) {
@@ -267,8 +277,11 @@ void attend_q8_plain(const float* q, const kv_layer_view& kv, const int32_t* blo
   }
 }
 
+// What model/attention_avx512.cpp is compiled for (cmake/TroupeKernelFlags.cmake).
 bool cpu_has_avx512() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
   return avx512;
 }
 

@@ -113,6 +113,7 @@ TEST(PagedAttention, MatchesDoublePrecisionReference) {
       {2, 64, 7, 32, 150},  // fast order: two chunks per block, heads weighed 4 + 3 (Qwen2's group)
       {1, 128, 3, 16, 33},  // fast order at head size 128: heads weighed 2 + 1
       {2, 96, 2, 16, 40},   // head size 96: the fast order falls back to llama.cpp's decode order
+      {2, 64, 3, 20, 61},   // blocks of 20: a 16-position chunk and one of 4 per block
   };
   for (const auto& c : cases)
     for (kv_dtype dt : {kv_dtype::f32, kv_dtype::f16, kv_dtype::q8})
@@ -125,4 +126,39 @@ TEST(PagedAttention, MatchesDoublePrecisionReference) {
                                << (dt == kv_dtype::f16 ? " f16" : dt == kv_dtype::q8 ? " q8" : " f32")
                                << (order == attention_order::batch ? " batch" : order == attention_order::fast ? " fast" : " single");
       }
+}
+
+// q8 rows at the edges of float: an all-zero row, one too small for 1 / scale to be finite
+// (stored as zeros), and one holding a NaN (its scale is NaN, so it reads back as NaN, as fp16
+// memory would keep it). No code is ever outside [-127, 127].
+TEST(PagedAttention, Q8RowsAtTheEdgesOfFloat) {
+  const int hd = 64;
+  std::vector<int8_t> k(4 * hd), v(4 * hd);
+  std::vector<float> ks(4, -1.0f), vs(4, -1.0f);
+  kv_layer_view kv;
+  kv.k = k.data();
+  kv.v = v.data();
+  kv.k_scale = ks.data();
+  kv.v_scale = vs.data();
+  kv.dtype = kv_dtype::q8;
+  kv.n_kv_heads = 1;
+  kv.head_dim = hd;
+  kv.block_size = 4;
+  const int32_t table[1] = {0};
+  std::vector<float> zeros(hd, 0.0f), tiny(hd, 1e-38f), with_nan(hd, 1.0f), big(hd, -3e38f);
+  with_nan[5] = NAN;
+  big[0] = 3e38f;
+  kv_store(kv, table, 0, zeros.data(), zeros.data());
+  kv_store(kv, table, 1, tiny.data(), tiny.data());
+  kv_store(kv, table, 2, with_nan.data(), with_nan.data());
+  kv_store(kv, table, 3, big.data(), big.data());
+  EXPECT_EQ(ks[0], 0.0f);
+  EXPECT_TRUE(std::isnan(ks[2]));
+  EXPECT_FLOAT_EQ(ks[3], 3e38f / 127.0f);
+  for (int i = 0; i < hd; ++i) {
+    EXPECT_EQ(k[static_cast<size_t>(i)], 0);
+    EXPECT_EQ(k[static_cast<size_t>(hd + i)], 0);
+    EXPECT_EQ(k[static_cast<size_t>(2 * hd + i)], 0);
+    EXPECT_EQ(k[static_cast<size_t>(3 * hd + i)], i == 0 ? 127 : -127);
+  }
 }
