@@ -108,7 +108,9 @@ void BM_decode_step_attention(benchmark::State& state) {
   const double kv_bytes = 2.0 * batch * n_ctx * k_kv_heads * (k_head_dim * static_cast<double>(elem) + (q8 ? 4 : 0)) * k_layers;
   state.counters["kv_GB/s"] = benchmark::Counter(kv_bytes, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
-  state.SetLabel(q8 ? "q8 K/V" : order == attention_order::fast ? "fast order" : "llama.cpp decode order");
+  // The fast order's kernel has the same CPU and head-size needs as q8 K/V.
+  const bool fast_kernel = order == attention_order::fast && kv_q8_supported(k_head_dim);
+  state.SetLabel(q8 ? "q8 K/V" : fast_kernel ? "fast order" : "llama.cpp decode order");
 }
 BENCHMARK(BM_decode_step_attention)
     ->ArgNames({"batch", "ctx", "fast", "q8"})
