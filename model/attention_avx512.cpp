@@ -58,17 +58,32 @@ inline void prefetch_lines(const char* p) {
 
 template <int HD, class T>
 inline void prefetch_row(const T* row) {
-  if (row) prefetch_lines<0, HD * sizeof(T)>(reinterpret_cast<const char*>(row));
+  prefetch_lines<0, HD * sizeof(T)>(reinterpret_cast<const char*>(row));
 }
 
-// The row of position pos + k_ahead in base (nullptr past the context).
-template <class T>
-const T* row_ahead(const T* base, const kv_layer_view& kv, const int32_t* block_table, int kv_head, int32_t n_ctx,
-                   int32_t pos) {
-  const int32_t at = pos + k_ahead;
-  if (at >= n_ctx) return nullptr;
-  return base + kv.offset(block_table[at / kv.block_size], kv_head, at % kv.block_size);
-}
+// The rows k_ahead positions past a walk over the context, one position per next(): the block and
+// slot advance by counting (no division per position), and past the context nothing is fetched.
+template <int HD, class T>
+struct prefetch_cursor {
+  const T* base;
+  const kv_layer_view& kv;
+  const int32_t* block_table;
+  int kv_head;
+  int32_t left;  // positions still ahead of the cursor
+  int32_t block, slot;
+  prefetch_cursor(const T* b, const kv_layer_view& v, const int32_t* bt, int h, int32_t n_ctx)
+      : base(b), kv(v), block_table(bt), kv_head(h), left(n_ctx - k_ahead), block(k_ahead / v.block_size),
+        slot(k_ahead % v.block_size) {}
+  void next() {
+    if (left <= 0) return;
+    prefetch_row<HD>(base + kv.offset(block_table[block], kv_head, slot));
+    --left;
+    if (++slot == kv.block_size) {
+      slot = 0;
+      ++block;
+    }
+  }
+};
 
 // Lane p of the result: the sum of v[p]'s 16 lanes. Pairs, then quads, are interleaved and
 // added within 128-bit lanes, then the four 128-bit partial sums are folded across lanes.
@@ -88,19 +103,19 @@ inline __m512 sum_lanes16(const __m512 (&v)[k_chunk]) {
 
 // Scores of n <= 16 consecutive positions whose K rows start at kp (q8: their scales at ks),
 // for every head of the group, times scale, into scratch[h * n_ctx + pos0 ...].
-template <class E, int HD, class Ahead>
+template <class E, int HD>
 void score_chunk(const typename E::type* kp, const float* ks, int n, const float* qg, int group, float scale,
-                 float* scratch, int64_t n_ctx, int32_t pos0, const Ahead& ahead) {
+                 float* scratch, int64_t n_ctx, int32_t pos0, prefetch_cursor<HD, typename E::type>& ahead) {
   constexpr int R = HD / 16;  // registers per row
   alignas(64) float widened[E::type_is_f32 ? 1 : k_chunk * HD];
   const float* rows;
   // The prefetches go one row per row read (a burst of 16 ahead of the chunk measured slower).
   if constexpr (E::type_is_f32) {
-    for (int p = 0; p < n; ++p) prefetch_row<HD>(ahead(p));
+    for (int p = 0; p < n; ++p) ahead.next();
     rows = kp;
   } else {
     for (int p = 0; p < n; ++p) {
-      prefetch_row<HD>(ahead(p));
+      ahead.next();
       for (int i = 0; i < R; ++i) _mm512_store_ps(widened + p * HD + 16 * i, E::load16(kp + p * HD + 16 * i));
     }
     rows = widened;
@@ -136,13 +151,14 @@ void weigh_values(const typename E::type* V, const kv_layer_view& kv, const int3
   for (auto& a : acc)
     for (auto& r : a) r = _mm512_setzero_ps();
   const int bs = kv.block_size;
+  prefetch_cursor<HD, typename E::type> ahead(V, kv, block_table, kv_head, n_ctx);
   for (int32_t p0 = 0, b = 0; p0 < n_ctx; p0 += bs, ++b) {
     const int64_t off = kv.offset(block_table[b], kv_head, 0);
     const auto* rows = V + off;
     const float* vs = E::kScaled ? kv.v_scale + off / HD : nullptr;
     const int n = std::min(bs, n_ctx - p0);
     for (int s = 0; s < n; ++s) {
-      prefetch_row<HD>(row_ahead(V, kv, block_table, kv_head, n_ctx, p0 + s));
+      ahead.next();
       __m512 v[R];
       for (int i = 0; i < R; ++i) v[i] = E::load16(rows + s * HD + 16 * i);
       for (int h = 0; h < NH; ++h) {
@@ -165,15 +181,14 @@ void attend(const float* q, const kv_layer_view& kv, const int32_t* block_table,
   const float* qg = q + static_cast<int64_t>(kv_head) * group * HD;
   float* og = out + static_cast<int64_t>(kv_head) * group * HD;
   const int bs = kv.block_size;
+  prefetch_cursor<HD, typename E::type> ahead(K, kv, block_table, kv_head, n_ctx);
   for (int32_t p0 = 0, b = 0; p0 < n_ctx; p0 += bs, ++b) {
     const int64_t off = kv.offset(block_table[b], kv_head, 0);
     const float* ks = E::kScaled ? kv.k_scale + off / HD : nullptr;
     const int n = std::min(bs, n_ctx - p0);
-    for (int c = 0; c < n; c += k_chunk) {
-      auto ahead = [&](int p) { return row_ahead(K, kv, block_table, kv_head, n_ctx, p0 + c + p); };
+    for (int c = 0; c < n; c += k_chunk)
       score_chunk<E, HD>(K + off + static_cast<int64_t>(c) * HD, ks ? ks + c : nullptr, std::min(k_chunk, n - c), qg,
                          group, scale, scratch, n_ctx, p0 + c, ahead);
-    }
   }
   float inv[4];
   // Up to 4 heads per pass over V at head size 64 (16 accumulators), 2 at 128.

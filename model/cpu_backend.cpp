@@ -24,11 +24,9 @@ kv_dtype kv_type_of(const backend_options& o) {
   return o.kv_q8 ? kv_dtype::q8 : o.kv_f32 ? kv_dtype::f32 : kv_dtype::f16;
 }
 
-size_t kv_elem_bytes(kv_dtype t) { return t == kv_dtype::f32 ? 4 : t == kv_dtype::f16 ? 2 : 1; }
-
 // K and V of one token over all layers (q8: plus a float scale per row of head_dim values).
 size_t kv_token_bytes(const hparams& hp, kv_dtype t) {
-  const size_t row = static_cast<size_t>(hp.head_dim) * kv_elem_bytes(t) + (t == kv_dtype::q8 ? sizeof(float) : 0);
+  const size_t row = static_cast<size_t>(hp.head_dim) * kv_elem_size(t) + (t == kv_dtype::q8 ? sizeof(float) : 0);
   return row * hp.n_head_kv * hp.n_layer * 2;
 }
 
@@ -58,7 +56,7 @@ cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& 
       kv_type_(kv_type_of(o)) {
   const auto& hp = model_->params();
   const size_t rows = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_head_kv * hp.n_layer;
-  const size_t n = rows * hp.head_dim * kv_elem_bytes(kv_type_);
+  const size_t n = rows * hp.head_dim * kv_elem_size(kv_type_);
   k_cache_.assign(n, 0);
   v_cache_.assign(n, 0);
   if (kv_type_ == kv_dtype::q8) {

@@ -27,12 +27,12 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-// Element access for the two storage types.
+// Element access for the storage types (store: one row of n values; scale: q8's, else unused).
 struct f16_elems {
   using type = uint16_t;
   static __m256 load8(const type* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static float load1(const type* p) { return fp16_to_fp32(*p); }
-  static void store(type* dst, const float* src, int n) {
+  static void store(type* dst, const float* src, int n, float*) {
     int i = 0;
     for (; i + 8 <= n; i += 8)
       _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), 0));
@@ -43,7 +43,29 @@ struct f32_elems {
   using type = float;
   static __m256 load8(const type* p) { return _mm256_loadu_ps(p); }
   static float load1(const type* p) { return *p; }
-  static void store(type* dst, const float* src, int n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
+  static void store(type* dst, const float* src, int n, float*) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
+};
+// q8 rows are only stored here; model/attention_avx512.cpp reads them.
+struct q8_elems {
+  using type = int8_t;
+  // Int8 codes and a scale (max |x| / 127). A row too small for 1 / scale to be finite is stored
+  // as zeros; a NaN or infinite value makes the scale NaN, so the row reads back as NaN, as fp16
+  // memory would keep it.
+  static void store(type* dst, const float* src, int n, float* scale) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (int i = 0; i < n; ++i) {
+      finite = finite && std::isfinite(src[i]);
+      amax = std::max(amax, std::fabs(src[i]));
+    }
+    const float d = amax / 127.0f;
+    const float id = finite && d > 0.0f && std::isfinite(1.0f / d) ? 1.0f / d : 0.0f;
+    for (int i = 0; i < n; ++i) {
+      const float c = finite ? std::nearbyint(src[i] * id) : 0.0f;
+      dst[i] = static_cast<type>(std::clamp(c, -127.0f, 127.0f));
+    }
+    *scale = finite ? d : std::numeric_limits<float>::quiet_NaN();
+  }
 };
 
 template <class E>
@@ -54,8 +76,9 @@ void store_t(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, c
   auto* V = static_cast<typename E::type*>(kv.v);
   for (int h = 0; h < kv.n_kv_heads; ++h) {
     const int64_t off = kv.offset(block, h, slot);
-    E::store(K + off, k + static_cast<int64_t>(h) * kv.head_dim, kv.head_dim);
-    E::store(V + off, v + static_cast<int64_t>(h) * kv.head_dim, kv.head_dim);
+    const int64_t row = off / kv.head_dim;  // q8: the row's scale
+    E::store(K + off, k + static_cast<int64_t>(h) * kv.head_dim, kv.head_dim, kv.k_scale ? kv.k_scale + row : nullptr);
+    E::store(V + off, v + static_cast<int64_t>(h) * kv.head_dim, kv.head_dim, kv.v_scale ? kv.v_scale + row : nullptr);
   }
 }
 
@@ -218,37 +241,6 @@ void attend_t(const float* q, const kv_layer_view& kv, const int32_t* block_tabl
   }
 }
 
-// One row of n values as int8 codes and a scale (max |x| / 127). A row too small for 1 / scale
-// to be finite is stored as zeros; a NaN or infinite value makes the scale NaN, so the row reads
-// back as NaN, as fp16 memory would keep it.
-void quantize_kv_row(const float* x, int n, int8_t* q, float* scale) {
-  float amax = 0.0f;
-  bool finite = true;
-  for (int i = 0; i < n; ++i) {
-    finite = finite && std::isfinite(x[i]);
-    amax = std::max(amax, std::fabs(x[i]));
-  }
-  const float d = amax / 127.0f;
-  const float id = finite && d > 0.0f && std::isfinite(1.0f / d) ? 1.0f / d : 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const float c = finite ? std::nearbyint(x[i] * id) : 0.0f;
-    q[i] = static_cast<int8_t>(std::clamp(c, -127.0f, 127.0f));
-  }
-  *scale = finite ? d : std::numeric_limits<float>::quiet_NaN();
-}
-
-void store_q8(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, const float* k, const float* v) {
-  const int32_t block = block_table[pos / kv.block_size];
-  const int slot = pos % kv.block_size;
-  for (int h = 0; h < kv.n_kv_heads; ++h) {
-    const int64_t off = kv.offset(block, h, slot);
-    const int64_t row = off / kv.head_dim;
-    const int64_t src = static_cast<int64_t>(h) * kv.head_dim;
-    quantize_kv_row(k + src, kv.head_dim, static_cast<int8_t*>(kv.k) + off, kv.k_scale + row);
-    quantize_kv_row(v + src, kv.head_dim, static_cast<int8_t*>(kv.v) + off, kv.v_scale + row);
-  }
-}
-
 // q8 memory without the AVX-512 kernel (other CPUs or head sizes; cpu_backend refuses those,
 // so only direct callers get here): plain loops, softmax as everywhere else.
 void attend_q8_plain(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
@@ -295,7 +287,7 @@ bool kv_q8_supported(int head_dim) {
 
 void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, const float* k, const float* v) {
   if (kv.dtype == kv_dtype::f16) store_t<f16_elems>(kv, block_table, pos, k, v);
-  else if (kv.dtype == kv_dtype::q8) store_q8(kv, block_table, pos, k, v);
+  else if (kv.dtype == kv_dtype::q8) store_t<q8_elems>(kv, block_table, pos, k, v);
   else store_t<f32_elems>(kv, block_table, pos, k, v);
 }
 

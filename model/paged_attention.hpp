@@ -10,6 +10,9 @@ namespace troupe::model {
 // value = q * scale, scale = max |x| / 127: about half of fp16's memory.
 enum class kv_dtype { f16, f32, q8 };
 
+// Bytes of one stored value (q8's scales aside).
+inline size_t kv_elem_size(kv_dtype t) { return t == kv_dtype::f16 ? 2 : t == kv_dtype::q8 ? 1 : 4; }
+
 struct kv_layer_view {
   void* k = nullptr;           // this layer's K blocks
   void* v = nullptr;           // this layer's V blocks
@@ -19,7 +22,7 @@ struct kv_layer_view {
   int n_kv_heads = 0;
   int head_dim = 0;
   int block_size = 0;
-  size_t elem_size() const { return dtype == kv_dtype::f16 ? 2 : dtype == kv_dtype::q8 ? 1 : 4; }
+  size_t elem_size() const { return kv_elem_size(dtype); }
   int64_t block_stride() const { return static_cast<int64_t>(n_kv_heads) * block_size * head_dim; }
   int64_t offset(int32_t block, int kv_head, int slot) const {
     return block * block_stride() + (static_cast<int64_t>(kv_head) * block_size + slot) * head_dim;
