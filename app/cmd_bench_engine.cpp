@@ -41,6 +41,12 @@ struct bench_options {
   std::string kv = "both";  // f16, q8 or both (q8: one more run, in the fast order when it runs)
 };
 
+std::string fixed2(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", x);
+  return buf;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -152,6 +158,7 @@ struct troupe_figures {
   std::string name() const { return std::string(matmul_order_name(order)) + " order" + (kv_q8 ? ", q8 K/V" : ""); }
   std::vector<double> pp, tg;
   std::vector<std::pair<int, double>> agg;  // batch size, aggregate decode tokens/s
+  std::vector<std::pair<int, std::vector<double>>> to_b1;  // batch size, each round's ratio to batch 1
   kv_usage peak;
   size_t kv_bytes_per_token = 0;
   int32_t block_size = 0;
@@ -210,15 +217,25 @@ troupe_figures measure_troupe(backend& be, const bench_options& o, matmul_order 
     f.tg.push_back(static_cast<double>(st.decode_steps) / st.decode_seconds);
     std::fprintf(stderr, "  %s: decode run %d: %.1f tokens/s\n", name, r + 1, f.tg.back());
   }
-  // Batched decode: B sequences of batch_prompt + batch_gen tokens, decoding together; the
-  // median of batch_repeats runs (the ratios to batch 1 divide two noisy figures).
-  for (int b : o.batches) {
-    std::vector<double> runs;
-    for (int r = 0; r < std::max(1, o.batch_repeats); ++r) {
-      runs.push_back(batched_decode(be, o, b, f.peak));
-      std::fprintf(stderr, "  %s: batch %d run %d: %.1f tokens/s aggregate decode\n", name, b, r + 1, runs.back());
+  // Batched decode: B sequences of batch_prompt + batch_gen tokens, decoding together. Each of
+  // batch_repeats rounds runs every batch size once, back to back, so that a round's ratios to
+  // batch 1 divide figures measured seconds apart (this machine's speed drifts over minutes);
+  // figures and ratios are the medians over the rounds.
+  std::vector<std::vector<double>> runs(o.batches.size()), ratios(o.batches.size());
+  for (int r = 0; r < std::max(1, o.batch_repeats); ++r) {
+    double b1 = 0;
+    for (size_t i = 0; i < o.batches.size(); ++i) {
+      const int b = o.batches[i];
+      runs[i].push_back(batched_decode(be, o, b, f.peak));
+      std::fprintf(stderr, "  %s: round %d, batch %d: %.1f tokens/s aggregate decode\n", name, r + 1, b, runs[i].back());
+      if (b == 1) b1 = runs[i].back();
     }
-    f.agg.emplace_back(b, median(runs));
+    for (size_t i = 0; i < o.batches.size(); ++i)
+      if (b1 > 0) ratios[i].push_back(runs[i].back() / b1);
+  }
+  for (size_t i = 0; i < o.batches.size(); ++i) {
+    f.agg.emplace_back(o.batches[i], median(runs[i]));
+    if (!ratios[i].empty()) f.to_b1.emplace_back(o.batches[i], ratios[i]);
   }
   return f;
 }
@@ -318,9 +335,13 @@ int run_bench_engine(const bench_options& o) {
   }
   std::printf("\n");
   for (const auto& r : runs)
-    for (int b : o.batches)
-      if (b != 1 && r.at(1) > 0)
-        std::printf("%s: batch %d = %.2fx its batch 1\n", r.name().c_str(), b, r.at(b) / r.at(1));
+    for (const auto& [b, each] : r.to_b1) {
+      if (b == 1) continue;
+      std::string rounds;
+      for (double x : each) rounds += (rounds.empty() ? "" : ", ") + fixed2(x);
+      std::printf("%s: batch %d = %.2fx its batch 1 (median of %zu rounds' ratios: %s)\n", r.name().c_str(), b,
+                  median(each), each.size(), rounds.c_str());
+    }
   std::printf("\npeak RSS: %.1f MiB\n", static_cast<double>(rss) / 1024.0);
   for (const auto& r : runs)
     std::printf("%s: KV bytes per token %zu (%s K and V, %d layers x %d dims); peak KV blocks used: %d of %d (%d tokens/block, %lld slots wasted)\n",
@@ -340,7 +361,7 @@ troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, b
                                        ->capture_default_str();
                                    sub.add_option("--batches", o->batches, "Batch sizes for aggregate decode")->delimiter(',')->capture_default_str();
                                    sub.add_option("--repeats", o->repeats, "Repetitions of the single-sequence tests")->capture_default_str();
-                                   sub.add_option("--batch-repeats", o->batch_repeats, "Repetitions of each batched test (median)")->capture_default_str();
+                                   sub.add_option("--batch-repeats", o->batch_repeats, "Rounds of the batched tests, each batch size once per round (medians)")->capture_default_str();
                                    sub.add_option("--prefill-tokens", o->prefill_tokens, "Prompt length for the prefill test")->capture_default_str();
                                    sub.add_option("--decode-tokens", o->decode_tokens, "Tokens for the decode test")->capture_default_str();
                                    sub.add_option("--batch-prompt", o->batch_prompt, "Prompt tokens per sequence in batched decode")->capture_default_str();

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/paged_attention.hpp"
@@ -40,6 +41,10 @@ void BM_decode_step_attention(benchmark::State& state) {
   const auto n_ctx = static_cast<int32_t>(state.range(1));
   const auto order = state.range(2) != 0 ? attention_order::fast : attention_order::single;
   const bool q8 = state.range(3) != 0;
+  // K by column (the backend's layout for the fast kernel), or by row (the fast kernel's other
+  // fp16 path, for comparison).
+  const bool by_column = state.range(4) != 0 && kv_k_by_column(q8 ? kv_dtype::q8 : kv_dtype::f16, k_head_dim,
+                                                                order == attention_order::fast);
   if (q8 && !kv_q8_supported(k_head_dim)) {
     state.SkipWithError("no q8 K/V kernel on this CPU");
     return;
@@ -64,6 +69,7 @@ void BM_decode_step_attention(benchmark::State& state) {
     all.n_kv_heads = k_kv_heads;
     all.head_dim = k_head_dim;
     all.block_size = k_block;
+    all.k_by_column = by_column;
     std::vector<int32_t> identity(static_cast<size_t>(n_blocks * k_layers));
     std::iota(identity.begin(), identity.end(), 0);
     std::vector<float> row(k_kv_heads * k_head_dim), row2(row.size());
@@ -93,6 +99,7 @@ void BM_decode_step_attention(benchmark::State& state) {
       kv.n_kv_heads = k_kv_heads;
       kv.head_dim = k_head_dim;
       kv.block_size = k_block;
+      kv.k_by_column = by_column;
       pool().run_chunks(static_cast<int64_t>(batch) * k_kv_heads, [&](int64_t task) {
         thread_local std::vector<float> scratch;
         if (scratch.size() < static_cast<size_t>(n_ctx) * group) scratch.resize(static_cast<size_t>(n_ctx) * group);
@@ -110,17 +117,20 @@ void BM_decode_step_attention(benchmark::State& state) {
                                                  benchmark::Counter::kIs1000);
   // The fast order's kernel has the same CPU and head-size needs as q8 K/V.
   const bool fast_kernel = order == attention_order::fast && kv_q8_supported(k_head_dim);
-  state.SetLabel(q8 ? "q8 K/V" : fast_kernel ? "fast order" : "llama.cpp decode order");
+  state.SetLabel(std::string(q8 ? "q8 K/V" : fast_kernel ? "fast order" : "llama.cpp decode order") +
+                 (by_column ? ", K by column" : ", K by row"));
 }
 BENCHMARK(BM_decode_step_attention)
-    ->ArgNames({"batch", "ctx", "fast", "q8"})
-    ->Args({1, 256, 0, 0})
-    ->Args({1, 256, 1, 0})
-    ->Args({1, 256, 1, 1})
-    ->Args({4, 256, 1, 0})
-    ->Args({16, 256, 0, 0})
-    ->Args({16, 256, 1, 0})
-    ->Args({16, 256, 1, 1})
+    ->ArgNames({"batch", "ctx", "fast", "q8", "kcol"})
+    ->Args({1, 256, 0, 0, 0})
+    ->Args({1, 256, 1, 0, 0})
+    ->Args({1, 256, 1, 0, 1})
+    ->Args({1, 256, 1, 1, 1})
+    ->Args({4, 256, 1, 0, 1})
+    ->Args({16, 256, 0, 0, 0})
+    ->Args({16, 256, 1, 0, 0})
+    ->Args({16, 256, 1, 0, 1})
+    ->Args({16, 256, 1, 1, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->ComputeStatistics("min", min_of);

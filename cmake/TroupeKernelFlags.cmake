@@ -7,5 +7,5 @@ function(troupe_kernel_flags root)
   set_source_files_properties(${root}/model/matmul_avx512.cpp ${root}/model/matmul_x16_avx512.cpp PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni")
   set_source_files_properties(${root}/model/attention_avx512.cpp PROPERTIES
-    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq")
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni")
 endfunction()

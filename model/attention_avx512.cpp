@@ -1,13 +1,20 @@
-// Decode/prefill attention in the fast order with 512-bit registers: a query head's 64 or 128
-// values stay in 4 or 8 registers, a K row is widened once per chunk of 16 positions for all of
-// the group's heads, and the 16 dot products of a chunk come out of one transposing reduction.
+// Decode/prefill attention in the fast order with 512-bit registers. K by column (fp16, q8; see
+// kv_layer_view): one load reads a value of 16 positions, which every head of the group multiplies
+// by its query value (fp16: FMA; q8: VPDPBUSD on 4 values at once against the query quantized to
+// int8 per 32 values, as llama.cpp scores q8_0 K). K by row (f32, and fp16 views laid out so): a
+// query head stays in 4 or 8 registers, a row is widened once per chunk of 16 positions for all of
+// the group's heads, and the 16 dot products come out of one transposing reduction. V is weighed
+// row by row for up to 4 heads per pass.
 // GCC 12 warns that the intrinsics' own _mm512_undefined_* pass-through may be used uninitialized
 // (a false positive: unmasked forms ignore it), as in matmul_x16_avx512.cpp.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "model/cpu_ops.hpp"
 #include "model/detail/attention_avx512.hpp"
@@ -18,9 +25,9 @@ namespace {
 
 constexpr int k_chunk = 16;  // positions scored together (one register of results)
 
-// Row types: f16 and f32 values as stored; q8 codes, each row scaled by its own float
-// (kScaled: scores and weights are multiplied by the row's scale instead of every value).
-struct f16_rows {
+// Value types: f16 and f32 values as stored; q8 codes, each row scaled by its own float
+// (kScaled: V's weights are multiplied by the row's scale instead of every value).
+struct f16_kv {
   using type = uint16_t;
   static constexpr bool type_is_f32 = false;
   static constexpr bool kScaled = false;
@@ -28,13 +35,13 @@ struct f16_rows {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
 };
-struct f32_rows {
+struct f32_kv {
   using type = float;
   static constexpr bool type_is_f32 = true;
   static constexpr bool kScaled = false;
   static __m512 load16(const type* p) { return _mm512_loadu_ps(p); }
 };
-struct q8_rows {
+struct q8_kv {
   using type = int8_t;
   static constexpr bool type_is_f32 = false;
   static constexpr bool kScaled = true;
@@ -43,10 +50,11 @@ struct q8_rows {
   }
 };
 
-// Rows k_ahead positions on are fetched while this one is read: a KV head's rows are contiguous
-// only within a block, and blocks lie anywhere in the pool, so the hardware prefetcher restarts
-// at every block; one row per position (2 lines at 64 fp16 values) spreads the requests.
-constexpr int32_t k_ahead = 32;
+// Rows k_ahead_bytes on are fetched while this one is read: a KV head's rows are contiguous only
+// within a block, and blocks lie anywhere in the pool, so the hardware prefetcher restarts at
+// every block; one row per position (2 lines at 64 fp16 values, 1 in q8) spreads the requests.
+// A fixed distance in bytes keeps as many lines in flight whatever the row's size.
+constexpr int32_t k_ahead_bytes = 4096;
 
 // Each line of a row of Bytes, as straight-line code (GCC 12 dropped the prefetches when they
 // were written as a loop; troupe_attention_bench shows the difference).
@@ -61,27 +69,45 @@ inline void prefetch_row(const T* row) {
   prefetch_lines<0, HD * sizeof(T)>(reinterpret_cast<const char*>(row));
 }
 
-// The rows k_ahead positions past a walk over the context, one position per next(): the block and
-// slot advance by counting (no division per position), and past the context nothing is fetched.
+// The rows k_ahead positions past a walk over K's rows of the context and then V's, one position
+// per next(), and (q8) their scales, a line of 16 at a time. The first k_ahead rows of K are
+// fetched when the walk starts, and V's first rows while K's last are read, so neither pass starts
+// on rows not yet asked for. The block and slot advance by counting (no division per position).
 template <int HD, class T>
 struct prefetch_cursor {
-  const T* base;
+  static constexpr int32_t k_ahead = k_ahead_bytes / (HD * sizeof(T));
   const kv_layer_view& kv;
   const int32_t* block_table;
   int kv_head;
-  int32_t left;  // positions still ahead of the cursor
-  int32_t block, slot;
-  prefetch_cursor(const T* b, const kv_layer_view& v, const int32_t* bt, int h, int32_t n_ctx)
-      : base(b), kv(v), block_table(bt), kv_head(h), left(n_ctx - k_ahead), block(k_ahead / v.block_size),
-        slot(k_ahead % v.block_size) {}
+  int32_t n_ctx;
+  const T* base;        // the rows being fetched: K's, then V's
+  const float* scales;  // q8: their scales (they lie apart from the codes), else null
+  const T* v_base;
+  const float* v_scales;
+  int32_t pos = 0, block = 0, slot = 0;  // the next row to fetch
+  bool done = false;
+  prefetch_cursor(const kv_layer_view& v, const int32_t* bt, int h, int32_t n, const T* k, const float* k_sc,
+                  const T* vb, const float* v_sc)
+      : kv(v), block_table(bt), kv_head(h), n_ctx(n), base(k), scales(k_sc), v_base(vb), v_scales(v_sc) {
+    for (int32_t i = 0; i < k_ahead; ++i) next();
+  }
   void next() {
-    if (left <= 0) return;
-    prefetch_row<HD>(base + kv.offset(block_table[block], kv_head, slot));
-    --left;
+    if (done) return;
+    const int64_t off = kv.offset(block_table[block], kv_head, slot);
+    prefetch_row<HD>(base + off);
+    if (scales && slot % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales + off / HD), _MM_HINT_T0);
     if (++slot == kv.block_size) {
       slot = 0;
       ++block;
     }
+    if (++pos < n_ctx) return;
+    if (base == v_base) {
+      done = true;
+      return;
+    }
+    base = v_base;
+    scales = v_scales;
+    pos = block = slot = 0;
   }
 };
 
@@ -101,10 +127,10 @@ inline __m512 sum_lanes16(const __m512 (&v)[k_chunk]) {
                        _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// Scores of n <= 16 consecutive positions whose K rows start at kp (q8: their scales at ks),
-// for every head of the group, times scale, into scratch[h * n_ctx + pos0 ...].
+// Scores of n <= 16 consecutive positions whose K rows start at kp, for every head of the group,
+// times scale, into scratch[h * n_ctx + pos0 ...].
 template <class E, int HD>
-void score_chunk(const typename E::type* kp, const float* ks, int n, const float* qg, int group, float scale,
+void score_chunk(const typename E::type* kp, int n, const float* qg, int group, float scale,
                  float* scratch, int64_t n_ctx, int32_t pos0, prefetch_cursor<HD, typename E::type>& ahead) {
   constexpr int R = HD / 16;  // registers per row
   alignas(64) float widened[E::type_is_f32 ? 1 : k_chunk * HD];
@@ -121,8 +147,7 @@ void score_chunk(const typename E::type* kp, const float* ks, int n, const float
     rows = widened;
   }
   const auto mask = static_cast<__mmask16>((1u << n) - 1);
-  __m512 vscale = _mm512_set1_ps(scale);
-  if constexpr (E::kScaled) vscale = _mm512_mul_ps(vscale, _mm512_maskz_loadu_ps(mask, ks));
+  const __m512 vscale = _mm512_set1_ps(scale);
   for (int h = 0; h < group; ++h) {
     __m512 qh[R];
     for (int i = 0; i < R; ++i) qh[i] = _mm512_loadu_ps(qg + h * HD + 16 * i);
@@ -141,24 +166,170 @@ void score_chunk(const typename E::type* kp, const float* ks, int n, const float
   }
 }
 
+// The scores of every head of the group over K by row, into scratch[h * n_ctx + pos].
+template <class E, int HD>
+void score_by_row(const typename E::type* K, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
+                  const float* qg, int group, float scale, float* scratch, prefetch_cursor<HD, typename E::type>& ahead) {
+  const int bs = kv.block_size;
+  for (int32_t p0 = 0, b = 0; p0 < n_ctx; p0 += bs, ++b) {
+    const int64_t off = kv.offset(block_table[b], ahead.kv_head, 0);
+    const int n = std::min(bs, n_ctx - p0);
+    for (int c = 0; c < n; c += k_chunk)
+      score_chunk<E, HD>(K + off + static_cast<int64_t>(c) * HD, std::min(k_chunk, n - c), qg, group, scale, scratch,
+                         n_ctx, p0 + c, ahead);
+  }
+}
+
+// Scores of n <= 16 consecutive slots of fp16 K by column (col: the chunk's first slot in value
+// 0's column; columns bs apart) for heads [0, NH) of qh, times scale, into dst[h * n_ctx ...].
+// Four partial sums per head keep the FMA chains short.
+template <int HD, int NH>
+void score_columns_f16(const uint16_t* col, int bs, int n, const float* qh, float scale, float* dst, int64_t n_ctx) {
+  constexpr int U = 4;
+  const auto mask = static_cast<__mmask16>((1u << n) - 1);
+  __m512 acc[NH][U];
+  for (auto& a : acc)
+    for (auto& r : a) r = _mm512_setzero_ps();
+  for (int d = 0; d < HD; d += U) {
+    for (int u = 0; u < U; ++u) {
+      const uint16_t* p = col + static_cast<int64_t>(d + u) * bs;
+      const __m512 k = _mm512_cvtph_ps(n == k_chunk ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                                                    : _mm256_maskz_loadu_epi16(mask, p));
+      for (int h = 0; h < NH; ++h) acc[h][u] = _mm512_fmadd_ps(k, _mm512_set1_ps(qh[h * HD + d + u]), acc[h][u]);
+    }
+  }
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int h = 0; h < NH; ++h) {
+    const __m512 s = _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
+    _mm512_mask_storeu_ps(dst + h * n_ctx, mask, _mm512_mul_ps(s, vscale));
+  }
+}
+
+// A query head quantized as llama.cpp quantizes activations against q8_0 K: int8 codes per 32
+// values with a scale each (max |x| / 127), and each block's sum of codes.
+template <int HD>
+struct q8_query {
+  static constexpr int NB = HD / 32;
+  alignas(64) int8_t qs[HD];
+  float d[NB];
+  int32_t sum[NB];
+  void set(const float* x) {
+    for (int b = 0; b < NB; ++b) {
+      float amax = 0.0f;
+      bool finite = true;
+      for (int i = 0; i < 32; ++i) {
+        finite = finite && std::isfinite(x[32 * b + i]);
+        amax = std::max(amax, std::fabs(x[32 * b + i]));
+      }
+      const float db = amax / 127.0f;
+      // A block too small for 1 / scale is zeros; a NaN or infinite value makes the scores NaN.
+      const float id = finite && db > 0.0f && std::isfinite(1.0f / db) ? 1.0f / db : 0.0f;
+      int32_t s = 0;
+      for (int i = 0; i < 32; ++i) {
+        qs[32 * b + i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[32 * b + i] * id), -127.0f, 127.0f));
+        s += qs[32 * b + i];
+      }
+      d[b] = finite ? db : std::numeric_limits<float>::quiet_NaN();
+      sum[b] = s;
+    }
+  }
+};
+
+// Scores of n <= 16 consecutive slots of q8 K by column (col: the chunk's first slot in the first
+// 4 values' column; such columns bs * 4 bytes apart; ks: the slots' row scales) for heads [0, NH)
+// of qq: per block of 32 values an exact integer dot product of unsigned (code + 128) K bytes
+// with the signed query codes, less 128 x the query block's sum, scaled by both scales.
+template <int HD, int NH>
+void score_columns_q8(const uint8_t* col, const float* ks, int bs, int n, const q8_query<HD>* qq, float scale,
+                      float* dst, int64_t n_ctx) {
+  constexpr int NB = HD / 32;
+  const auto mask = static_cast<__mmask16>((1u << n) - 1);
+  __m512i acc[NH][NB];
+  for (int h = 0; h < NH; ++h)
+    for (int b = 0; b < NB; ++b) acc[h][b] = _mm512_set1_epi32(-128 * qq[h].sum[b]);
+  // Blocks interleaved (g then b) so that NH * NB chains run side by side.
+  for (int g = 0; g < 8; ++g)
+    for (int b = 0; b < NB; ++b) {
+      const uint8_t* p = col + static_cast<int64_t>(8 * b + g) * bs * 4;
+      const __m512i k = n == k_chunk ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi32(mask, p);
+      for (int h = 0; h < NH; ++h) {
+        int32_t q4;
+        std::memcpy(&q4, qq[h].qs + 32 * b + 4 * g, 4);
+        acc[h][b] = _mm512_dpbusd_epi32(acc[h][b], k, _mm512_set1_epi32(q4));
+      }
+    }
+  const __m512 kscale = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, ks), _mm512_set1_ps(scale));
+  for (int h = 0; h < NH; ++h) {
+    __m512 s = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[h][0]), _mm512_set1_ps(qq[h].d[0]));
+    for (int b = 1; b < NB; ++b) s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h][b]), _mm512_set1_ps(qq[h].d[b]), s);
+    _mm512_mask_storeu_ps(dst + h * n_ctx, mask, _mm512_mul_ps(s, kscale));
+  }
+}
+
+// Calls fn(std::integral_constant<int, nh>) for nh in 1..4.
+template <class F>
+void with_heads(int nh, F&& fn) {
+  switch (nh) {
+    case 4: fn(std::integral_constant<int, 4>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    default: fn(std::integral_constant<int, 1>{}); break;
+  }
+}
+
+// The scores of every head of the group over K by column, up to 4 heads per pass over the
+// sequence's blocks, into scratch[h * n_ctx + pos].
+template <class E, int HD>
+void score_by_column(const typename E::type* K, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
+                     const float* qg, int group, float scale, float* scratch,
+                     prefetch_cursor<HD, typename E::type>& ahead) {
+  constexpr bool q8 = std::is_same_v<E, q8_kv>;
+  static_assert(q8 || std::is_same_v<E, f16_kv>, "K by column is fp16 or q8");
+  const int bs = kv.block_size;
+  for (int h0 = 0; h0 < group; h0 += 4) {
+    const int nh = std::min(4, group - h0);
+    q8_query<HD> qq[4];
+    if constexpr (q8)
+      for (int h = 0; h < nh; ++h) qq[h].set(qg + static_cast<int64_t>(h0 + h) * HD);
+    const float* qh = qg + static_cast<int64_t>(h0) * HD;
+    for (int32_t p0 = 0, b = 0; p0 < n_ctx; p0 += bs, ++b) {
+      const int64_t off = kv.offset(block_table[b], ahead.kv_head, 0);
+      const int n = std::min(bs, n_ctx - p0);
+      for (int c = 0; c < n; c += k_chunk) {
+        const int m = std::min(k_chunk, n - c);
+        if (h0 == 0)
+          for (int p = 0; p < m; ++p) ahead.next();
+        float* dst = scratch + static_cast<int64_t>(h0) * n_ctx + p0 + c;
+        with_heads(nh, [&](auto NH) {
+          if constexpr (q8)
+            score_columns_q8<HD, NH()>(reinterpret_cast<const uint8_t*>(K) + off + 4 * c, kv.k_scale + off / HD + c, bs,
+                                       m, qq, scale, dst, n_ctx);
+          else
+            score_columns_f16<HD, NH()>(K + off + c, bs, m, qh, scale, dst, n_ctx);
+        });
+      }
+    }
+  }
+}
+
 // Heads [0, NH) of w (rows of n_ctx unnormalised weights): the weighted sum of V over all
 // positions, times inv[h], into out[h * HD ...]. One FMA chain per output value.
 template <class E, int HD, int NH>
 void weigh_values(const typename E::type* V, const kv_layer_view& kv, const int32_t* block_table, int kv_head,
-                  int32_t n_ctx, const float* w, const float* inv, float* out) {
+                  int32_t n_ctx, const float* w, const float* inv, float* out, prefetch_cursor<HD, typename E::type>* ahead) {
   constexpr int R = HD / 16;
   __m512 acc[NH][R];
   for (auto& a : acc)
     for (auto& r : a) r = _mm512_setzero_ps();
   const int bs = kv.block_size;
-  prefetch_cursor<HD, typename E::type> ahead(V, kv, block_table, kv_head, n_ctx);
+  // (ahead: the walk's cursor on the first pass over V, null on the next ones)
   for (int32_t p0 = 0, b = 0; p0 < n_ctx; p0 += bs, ++b) {
     const int64_t off = kv.offset(block_table[b], kv_head, 0);
     const auto* rows = V + off;
     const float* vs = E::kScaled ? kv.v_scale + off / HD : nullptr;
     const int n = std::min(bs, n_ctx - p0);
     for (int s = 0; s < n; ++s) {
-      ahead.next();
+      if (ahead) ahead->next();
       __m512 v[R];
       for (int i = 0; i < R; ++i) v[i] = E::load16(rows + s * HD + 16 * i);
       for (int h = 0; h < NH; ++h) {
@@ -173,25 +344,12 @@ void weigh_values(const typename E::type* V, const kv_layer_view& kv, const int3
     for (int i = 0; i < R; ++i) _mm512_storeu_ps(out + h * HD + 16 * i, _mm512_mul_ps(acc[h][i], _mm512_set1_ps(inv[h])));
 }
 
+// Softmax of each head's scores in scratch, then V weighed into og, up to 4 heads per pass over V
+// at head size 64 (16 accumulators), 2 at 128.
 template <class E, int HD>
-void attend(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head, int group,
-            float scale, float* out, float* scratch) {
-  const auto* K = static_cast<const typename E::type*>(kv.k);
-  const auto* V = static_cast<const typename E::type*>(kv.v);
-  const float* qg = q + static_cast<int64_t>(kv_head) * group * HD;
-  float* og = out + static_cast<int64_t>(kv_head) * group * HD;
-  const int bs = kv.block_size;
-  prefetch_cursor<HD, typename E::type> ahead(K, kv, block_table, kv_head, n_ctx);
-  for (int32_t p0 = 0, b = 0; p0 < n_ctx; p0 += bs, ++b) {
-    const int64_t off = kv.offset(block_table[b], kv_head, 0);
-    const float* ks = E::kScaled ? kv.k_scale + off / HD : nullptr;
-    const int n = std::min(bs, n_ctx - p0);
-    for (int c = 0; c < n; c += k_chunk)
-      score_chunk<E, HD>(K + off + static_cast<int64_t>(c) * HD, ks ? ks + c : nullptr, std::min(k_chunk, n - c), qg,
-                         group, scale, scratch, n_ctx, p0 + c, ahead);
-  }
+void weigh_all(const typename E::type* V, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
+               int kv_head, int group, float* og, float* scratch, prefetch_cursor<HD, typename E::type>& ahead) {
   float inv[4];
-  // Up to 4 heads per pass over V at head size 64 (16 accumulators), 2 at 128.
   constexpr int per_pass = HD == 64 ? 4 : 2;
   for (int h0 = 0; h0 < group; h0 += per_pass) {
     const int nh = std::min(per_pass, group - h0);
@@ -202,13 +360,32 @@ void attend(const float* q, const kv_layer_view& kv, const int32_t* block_table,
       inv[h] = static_cast<float>(1.0 / exp_sum(row, mx, row, n_ctx));
     }
     float* o = og + static_cast<int64_t>(h0) * HD;
+    auto* first = h0 == 0 ? &ahead : nullptr;
     switch (nh) {
-      case 4: weigh_values<E, HD, per_pass == 4 ? 4 : 1>(V, kv, block_table, kv_head, n_ctx, w, inv, o); break;
-      case 3: weigh_values<E, HD, 3>(V, kv, block_table, kv_head, n_ctx, w, inv, o); break;
-      case 2: weigh_values<E, HD, 2>(V, kv, block_table, kv_head, n_ctx, w, inv, o); break;
-      default: weigh_values<E, HD, 1>(V, kv, block_table, kv_head, n_ctx, w, inv, o); break;
+      case 4: weigh_values<E, HD, per_pass == 4 ? 4 : 1>(V, kv, block_table, kv_head, n_ctx, w, inv, o, first); break;
+      case 3: weigh_values<E, HD, 3>(V, kv, block_table, kv_head, n_ctx, w, inv, o, first); break;
+      case 2: weigh_values<E, HD, 2>(V, kv, block_table, kv_head, n_ctx, w, inv, o, first); break;
+      default: weigh_values<E, HD, 1>(V, kv, block_table, kv_head, n_ctx, w, inv, o, first); break;
     }
   }
+}
+
+template <class E, int HD>
+void attend(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head, int group,
+            float scale, float* out, float* scratch) {
+  const auto* K = static_cast<const typename E::type*>(kv.k);
+  const auto* V = static_cast<const typename E::type*>(kv.v);
+  const float* qg = q + static_cast<int64_t>(kv_head) * group * HD;
+  float* og = out + static_cast<int64_t>(kv_head) * group * HD;
+  // q8 K is always by column (kv_k_by_column; paged_attention_group checks), f32 K by row.
+  const float* k_scales = E::kScaled ? kv.k_scale : nullptr;
+  const float* v_scales = E::kScaled ? kv.v_scale : nullptr;
+  prefetch_cursor<HD, typename E::type> ahead(kv, block_table, kv_head, n_ctx, K, k_scales, V, v_scales);
+  if constexpr (std::is_same_v<E, q8_kv>) score_by_column<E, HD>(K, kv, block_table, n_ctx, qg, group, scale, scratch, ahead);
+  else if constexpr (std::is_same_v<E, f32_kv>) score_by_row<E, HD>(K, kv, block_table, n_ctx, qg, group, scale, scratch, ahead);
+  else if (kv.k_by_column) score_by_column<E, HD>(K, kv, block_table, n_ctx, qg, group, scale, scratch, ahead);
+  else score_by_row<E, HD>(K, kv, block_table, n_ctx, qg, group, scale, scratch, ahead);
+  weigh_all<E, HD>(V, kv, block_table, n_ctx, kv_head, group, og, scratch, ahead);
 }
 
 }  // namespace
@@ -221,9 +398,9 @@ void attend_avx512(const float* q, const kv_layer_view& kv, const int32_t* block
     else attend<E, 128>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
   };
   switch (kv.dtype) {
-    case kv_dtype::f16: run(f16_rows{}); break;
-    case kv_dtype::q8: run(q8_rows{}); break;
-    default: run(f32_rows{}); break;
+    case kv_dtype::f16: run(f16_kv{}); break;
+    case kv_dtype::q8: run(q8_kv{}); break;
+    default: run(f32_kv{}); break;
   }
 }
 

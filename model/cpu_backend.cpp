@@ -20,6 +20,9 @@ void grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
+// Tokens in a step from which per-token work (norms, RoPE, KV stores) is spread over the pool.
+constexpr int64_t k_min_parallel_tokens = 4;
+
 kv_dtype kv_type_of(const backend_options& o) {
   return o.kv_q8 ? kv_dtype::q8 : o.kv_f32 ? kv_dtype::f32 : kv_dtype::f16;
 }
@@ -37,7 +40,7 @@ result<std::unique_ptr<backend>> cpu_backend::create(std::shared_ptr<llama_model
   const auto& hp = m->params();
   if (o.kv_f32 && o.kv_q8) return make_error("kv memory is either f32 or q8 (kv.f32, kv.q8), not both");
   if (o.kv_q8 && !kv_q8_supported(hp.head_dim))
-    return make_error("q8 kv memory needs a CPU with AVX-512 and a head size of 64 or 128 (this model's: " +
+    return make_error("q8 kv memory needs a CPU with AVX-512 VNNI and a head size of 64 or 128 (this model's: " +
                       std::to_string(hp.head_dim) + ")");
   const size_t per_block = static_cast<size_t>(o.block_size) * kv_token_bytes(hp, kv_type_of(o));
   const auto n_blocks = static_cast<int64_t>(static_cast<size_t>(o.kv_bytes) / per_block);
@@ -70,6 +73,7 @@ cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& 
   if (const char* env = std::getenv("TROUPE_MATMUL_ORDER"))
     if (auto parsed = parse_matmul_order(env)) want = *parsed;
   if (want == matmul_order::fast) pack_matrices();
+  k_by_column_ = kv_k_by_column(kv_type_, hp.head_dim, order_ == matmul_order::fast);
 }
 
 // Repacks every matrix of a type with fast kernels (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) into their
@@ -110,6 +114,7 @@ kv_layer_view cpu_backend::layer_view(int layer) {
   v.n_kv_heads = hp.n_head_kv;
   v.head_dim = hp.head_dim;
   v.block_size = block_size_;
+  v.k_by_column = k_by_column_;
   return v;
 }
 
@@ -193,11 +198,23 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
   size_t max_ctx = 0;
   for (const auto& s : b.seqs) max_ctx = std::max(max_ctx, static_cast<size_t>(s.n_past) + s.tokens.size());
 
+  // Per-token work of a layer: across the pool for a batch of several tokens (one token's is too
+  // short to be worth a hand-off), each token's arithmetic the same either way.
+  auto per_token = [&](auto&& fn) {
+    if (T < k_min_parallel_tokens) {
+      for (int64_t t = 0; t < T; ++t) fn(t);
+      return;
+    }
+    pool_.parallel_for(T, [&fn](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) fn(t);
+    });
+  };
+
   for (int il = 0; il < hp.n_layer; ++il) {
     const auto& L = layers_[static_cast<size_t>(il)];
     const kv_layer_view kv = layer_view(il);
 
-    for (int64_t t = 0; t < T; ++t) rms_norm(x_.data() + t * ne, L.attn_norm, xn_.data() + t * ne, ne, hp.rms_eps);
+    per_token([&](int64_t t) { rms_norm(x_.data() + t * ne, L.attn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
     {
       // Q, K and V read the same input: one activation quantization, one dispatch.
       const weight_view ws[3] = {L.wq, L.wk, L.wv};
@@ -211,14 +228,15 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
         add_inplace(v_.data() + t * nkv, L.bv, nkv);
       }
     }
-    for (int64_t t = 0; t < T; ++t) {
+    // Each token stores its own slot (no two tokens of a step share a position).
+    per_token([&](int64_t t) {
       apply_rope(q_.data() + t * nq, hp.n_head, hd, hp.n_rot, hp.rope, rope_cos_.data() + t * half_rot,
                  rope_sin_.data() + t * half_rot);
       apply_rope(k_.data() + t * nkv, hp.n_head_kv, hd, hp.n_rot, hp.rope, rope_cos_.data() + t * half_rot,
                  rope_sin_.data() + t * half_rot);
       const auto& s = b.seqs[static_cast<size_t>(tok_seq[static_cast<size_t>(t)])];
       kv_store(kv, s.block_table.data(), tok_pos[static_cast<size_t>(t)], k_.data() + t * nkv, v_.data() + t * nkv);
-    }
+    });
 
     // Attention: one task per (token, kv head); each reads only its own sequence's blocks.
     const int64_t n_tasks = T * hp.n_head_kv;
@@ -244,7 +262,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     matmul(L.wo, att_.data(), T, tmp_.data(), pool_);
     add_inplace(x_.data(), tmp_.data(), T * ne);
 
-    for (int64_t t = 0; t < T; ++t) rms_norm(x_.data() + t * ne, L.ffn_norm, xn_.data() + t * ne, ne, hp.rms_eps);
+    per_token([&](int64_t t) { rms_norm(x_.data() + t * ne, L.ffn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
     {
       const weight_view ws[2] = {L.w_gate, L.w_up};
       float* const ys[2] = {gate_.data(), up_.data()};

@@ -38,12 +38,13 @@ class cpu_backend final : public backend {
   int32_t n_blocks_;
   kv_dtype kv_type_;
   matmul_order order_ = matmul_order::llama_cpp;
+  bool k_by_column_ = false;  // K memory's layout (kv_k_by_column): for the fast kernel
   // The weights the step multiplies with: the model's views, pointing at packed copies in the
   // fast order (packed_ owns them).
   std::vector<layer_weights> layers_;
   weight_view output_;
   std::vector<packed_weights> packed_;
-  std::vector<uint8_t> k_cache_, v_cache_;  // [layer][block][kv_head][slot][head_dim] of kv_type_
+  std::vector<uint8_t> k_cache_, v_cache_;  // [layer][block][kv_head][slot][head_dim] of kv_type_ (K by column: kv_layer_view)
   std::vector<float> k_scale_, v_scale_;    // q8: one per row, [layer][block][kv_head][slot]
 
   // Step scratch, grown on demand and reused.

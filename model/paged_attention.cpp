@@ -74,10 +74,24 @@ void store_t(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, c
   const int slot = pos % kv.block_size;
   auto* K = static_cast<typename E::type*>(kv.k);
   auto* V = static_cast<typename E::type*>(kv.v);
+  const bool by_column = kv.k_by_column && !std::is_same_v<E, f32_elems>;
+  thread_local std::vector<typename E::type> row_k;
+  if (by_column) row_k.resize(static_cast<size_t>(kv.head_dim));
   for (int h = 0; h < kv.n_kv_heads; ++h) {
     const int64_t off = kv.offset(block, h, slot);
     const int64_t row = off / kv.head_dim;  // q8: the row's scale
-    E::store(K + off, k + static_cast<int64_t>(h) * kv.head_dim, kv.head_dim, kv.k_scale ? kv.k_scale + row : nullptr);
+    const float* kh = k + static_cast<int64_t>(h) * kv.head_dim;
+    float* ks = kv.k_scale ? kv.k_scale + row : nullptr;
+    if (by_column) {  // the row as it would be stored, then each value into its column
+      E::store(row_k.data(), kh, kv.head_dim, ks);
+      for (int d = 0; d < kv.head_dim; ++d) {
+        const int64_t at = kv.k_index(block, h, slot, d);
+        if constexpr (std::is_same_v<E, q8_elems>) reinterpret_cast<uint8_t*>(K)[at] = static_cast<uint8_t>(row_k[static_cast<size_t>(d)] + 128);
+        else K[at] = row_k[static_cast<size_t>(d)];
+      }
+    } else {
+      E::store(K + off, kh, kv.head_dim, ks);
+    }
     E::store(V + off, v + static_cast<int64_t>(h) * kv.head_dim, kv.head_dim, kv.v_scale ? kv.v_scale + row : nullptr);
   }
 }
@@ -249,13 +263,17 @@ void attend_q8_plain(const float* q, const kv_layer_view& kv, const int32_t* blo
   const auto* K = static_cast<const int8_t*>(kv.k);
   const auto* V = static_cast<const int8_t*>(kv.v);
   auto row_of = [&](int32_t pos) { return kv.offset(block_table[pos / kv.block_size], kv_head, pos % kv.block_size); };
+  auto k_code = [&](int32_t pos, int i) -> int {
+    const int64_t at = kv.k_index(block_table[pos / kv.block_size], kv_head, pos % kv.block_size, i);
+    return kv.k_by_column ? static_cast<int>(reinterpret_cast<const uint8_t*>(K)[at]) - 128 : K[at];
+  };
   for (int j = 0; j < group; ++j) {
     const float* qj = q + (static_cast<int64_t>(kv_head) * group + j) * hd;
     float* s = scratch + static_cast<int64_t>(j) * n_ctx;
     for (int32_t pos = 0; pos < n_ctx; ++pos) {
       const int64_t off = row_of(pos);
       float dot = 0.0f;
-      for (int i = 0; i < hd; ++i) dot += qj[i] * K[off + i];
+      for (int i = 0; i < hd; ++i) dot += qj[i] * static_cast<float>(k_code(pos, i));
       s[pos] = dot * kv.k_scale[off / hd] * scale;
     }
     const float inv = static_cast<float>(1.0 / exp_sum(s, max_value(s, n_ctx), s, n_ctx));
@@ -277,12 +295,22 @@ bool cpu_has_avx512() {
   return avx512;
 }
 
-}  // namespace
-
-bool kv_q8_supported(int head_dim) {
+bool fast_kernel_fits(int head_dim) {
   kv_layer_view probe;
   probe.head_dim = head_dim;
   return cpu_has_avx512() && detail::attend_avx512_fits(probe);
+}
+
+}  // namespace
+
+bool kv_q8_supported(int head_dim) {
+  static const bool vnni = __builtin_cpu_supports("avx512vnni");  // q8 K is scored by VPDPBUSD
+  return vnni && fast_kernel_fits(head_dim);
+}
+
+bool kv_k_by_column(kv_dtype dtype, int head_dim, bool fast_order) {
+  if (dtype == kv_dtype::q8) return true;
+  return dtype == kv_dtype::f16 && fast_order && fast_kernel_fits(head_dim);
 }
 
 void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, const float* k, const float* v) {
@@ -294,12 +322,13 @@ void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, 
 void paged_attention_group(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
                            int kv_head, int group, float scale, float* out, float* scratch, attention_order order) {
   if (kv.dtype == kv_dtype::q8) {  // one kernel (the fast order's) whatever the order asked
-    if (kv_q8_supported(kv.head_dim)) detail::attend_avx512(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+    if (kv.k_by_column && kv_q8_supported(kv.head_dim)) detail::attend_avx512(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
     else attend_q8_plain(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
     return;
   }
-  if (order == attention_order::fast) {
-    if (cpu_has_avx512() && detail::attend_avx512_fits(kv)) {
+  // K by column has only the fast kernel (kv_k_by_column says when a view is laid out so).
+  if (order == attention_order::fast || kv.k_by_column) {
+    if (fast_kernel_fits(kv.head_dim)) {
       detail::attend_avx512(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
       return;
     }

@@ -1,6 +1,7 @@
 #pragma once
 // Attention of one query token against its sequence's paged KV memory (K and V stored per block
-// as [kv_head][slot][head_dim], in fp16, f32 or q8); a sequence reads only its own blocks.
+// as [kv_head][slot][head_dim], in fp16, f32 or q8, K optionally by column: see kv_layer_view);
+// a sequence reads only its own blocks.
 #include <cstddef>
 #include <cstdint>
 
@@ -24,14 +25,31 @@ struct kv_layer_view {
   int block_size = 0;
   size_t elem_size() const { return kv_elem_size(dtype); }
   int64_t block_stride() const { return static_cast<int64_t>(n_kv_heads) * block_size * head_dim; }
+  // K by column (the fast kernel's layout, fp16 and q8 only): a (block, kv head)'s region (the
+  // same bytes as its rows) holds the block's slots side by side for each value, so one load
+  // reads 16 positions. fp16: [head_dim][block_size]; q8: [head_dim / 4][block_size][4] codes
+  // stored + 128 as unsigned bytes (4 values of a position per 32-bit lane, as VPDPBUSD reads them).
+  bool k_by_column = false;
   int64_t offset(int32_t block, int kv_head, int slot) const {
     return block * block_stride() + (static_cast<int64_t>(kv_head) * block_size + slot) * head_dim;
+  }
+  // Values of a position that lie side by side in K by column (1 for fp16, 4 for q8).
+  int k_column_width() const { return dtype == kv_dtype::q8 ? 4 : 1; }
+  // Where value d of (block, kv_head, slot) lies in K.
+  int64_t k_index(int32_t block, int kv_head, int slot, int d) const {
+    if (!k_by_column || dtype == kv_dtype::f32) return offset(block, kv_head, slot) + d;
+    const int w = k_column_width();
+    return offset(block, kv_head, 0) + static_cast<int64_t>(d / w) * block_size * w + slot * w + d % w;
   }
 };
 
 // Whether this CPU attends over q8 K/V at this head size (AVX-512, head size 64 or 128): q8
 // memory has only the fast order's kernel, which paged_attention_group then always uses.
 bool kv_q8_supported(int head_dim);
+
+// Whether K memory of this type is laid out by column: always for q8, for fp16 when the fast order
+// runs its AVX-512 kernel on this CPU (the llama.cpp orders read rows); never for f32.
+bool kv_k_by_column(kv_dtype dtype, int head_dim, bool fast_order);
 
 // Stores one token's K and V (n_kv_heads * head_dim floats each) at position `pos`.
 void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, const float* k, const float* v);

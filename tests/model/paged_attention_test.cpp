@@ -22,7 +22,8 @@ struct attention_case {
 
 // Runs paged_attention_group for every KV head and returns the outputs; want gets the reference
 // computed from the values as stored (fp16-rounded for f16).
-std::vector<float> run(const attention_case& c, kv_dtype dt, attention_order order, std::vector<double>& want) {
+std::vector<float> run(const attention_case& c, kv_dtype dt, attention_order order, bool by_column,
+                       std::vector<double>& want) {
   std::mt19937 rng(static_cast<unsigned>(c.head_dim * 131 + c.group * 7 + c.n_ctx));
   std::normal_distribution<float> d(0.0f, 1.0f);
   const int n_q = c.n_kv_heads * c.group, kvd = c.n_kv_heads * c.head_dim;
@@ -43,6 +44,7 @@ std::vector<float> run(const attention_case& c, kv_dtype dt, attention_order ord
   kv.n_kv_heads = c.n_kv_heads;
   kv.head_dim = c.head_dim;
   kv.block_size = c.block_size;
+  kv.k_by_column = by_column;
 
   std::vector<float> K(static_cast<size_t>(c.n_ctx) * kvd), V(K.size());
   for (auto& x : K) x = d(rng);
@@ -62,7 +64,10 @@ std::vector<float> run(const attention_case& c, kv_dtype dt, attention_order ord
         for (int i = 0; i < c.head_dim; ++i) {
           const size_t at = static_cast<size_t>(p * kvd + g * c.head_dim + i);
           amax = std::max(amax, std::fabs(K[at]));
-          Kd[at] = static_cast<double>(reinterpret_cast<const int8_t*>(kmem.data())[off + i]) * ks;
+          const int64_t k_at = kv.k_index(table[static_cast<size_t>(p / c.block_size)], g, p % c.block_size, i);
+          const int code = by_column ? static_cast<int>(kmem[static_cast<size_t>(k_at)]) - 128
+                                     : static_cast<int>(reinterpret_cast<const int8_t*>(kmem.data())[k_at]);
+          Kd[at] = static_cast<double>(code) * ks;
           Vd[at] = static_cast<double>(reinterpret_cast<const int8_t*>(vmem.data())[off + i]) * vs;
           // each code is the value rounded to the nearest step of the row's scale
           EXPECT_LE(std::fabs(Kd[at] - K[at]), 0.5 * ks * (1 + 1e-5));
@@ -78,6 +83,16 @@ std::vector<float> run(const attention_case& c, kv_dtype dt, attention_order ord
   for (int g = 0; g < c.n_kv_heads; ++g)
     paged_attention_group(q.data(), kv, table.data(), c.n_ctx, g, c.group, scale, out.data(), scratch.data(), order);
 
+  // q8 K by column is scored against the query quantized as llama.cpp quantizes activations for
+  // q8_0 K (int8 per 32 values, scale max |x| / 127): the reference sees that query.
+  std::vector<double> qd(q.begin(), q.end());
+  if (dt == kv_dtype::q8 && by_column && kv_q8_supported(c.head_dim))
+    for (size_t b = 0; b < q.size(); b += 32) {
+      float amax = 0.0f;
+      for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(q[i]));
+      const float d = amax / 127.0f;
+      for (size_t i = b; i < b + 32; ++i) qd[i] = static_cast<double>(std::nearbyint(q[i] / d)) * d;
+    }
   want.assign(out.size(), 0.0);
   for (int h = 0; h < n_q; ++h) {
     const int g = h / c.group;
@@ -85,7 +100,7 @@ std::vector<float> run(const attention_case& c, kv_dtype dt, attention_order ord
     for (int p = 0; p < c.n_ctx; ++p) {
       double dot = 0;
       for (int i = 0; i < c.head_dim; ++i)
-        dot += static_cast<double>(q[h * c.head_dim + i]) * Kd[static_cast<size_t>(p * kvd + g * c.head_dim + i)];
+        dot += qd[static_cast<size_t>(h * c.head_dim + i)] * Kd[static_cast<size_t>(p * kvd + g * c.head_dim + i)];
       s[static_cast<size_t>(p)] = dot * scale;
     }
     const double mx = *std::max_element(s.begin(), s.end());
@@ -117,48 +132,67 @@ TEST(PagedAttention, MatchesDoublePrecisionReference) {
   };
   for (const auto& c : cases)
     for (kv_dtype dt : {kv_dtype::f32, kv_dtype::f16, kv_dtype::q8})
-      for (attention_order order : {attention_order::single, attention_order::batch, attention_order::fast}) {
-        std::vector<double> want;
-        const auto got = run(c, dt, order, want);
-        double worst = 0;
-        for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
-        EXPECT_LT(worst, 2e-6) << "head_dim " << c.head_dim << " group " << c.group << " n_ctx " << c.n_ctx
-                               << (dt == kv_dtype::f16 ? " f16" : dt == kv_dtype::q8 ? " q8" : " f32")
-                               << (order == attention_order::batch ? " batch" : order == attention_order::fast ? " fast" : " single");
-      }
+      for (attention_order order : {attention_order::single, attention_order::batch, attention_order::fast})
+        for (bool by_column : {false, true}) {
+          // K by column: q8 (any CPU: the kernel or the plain fallback), fp16 where the fast kernel runs
+          if (by_column && !(dt == kv_dtype::q8 || kv_k_by_column(dt, c.head_dim, true))) continue;
+          std::vector<double> want;
+          const auto got = run(c, dt, order, by_column, want);
+          double worst = 0;
+          for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+          EXPECT_LT(worst, 2e-6) << "head_dim " << c.head_dim << " group " << c.group << " n_ctx " << c.n_ctx
+                                 << (dt == kv_dtype::f16 ? " f16" : dt == kv_dtype::q8 ? " q8" : " f32")
+                                 << (order == attention_order::batch ? " batch" : order == attention_order::fast ? " fast" : " single")
+                                 << (by_column ? " K by column" : " K by row");
+        }
 }
 
 // q8 rows at the edges of float: an all-zero row, one too small for 1 / scale to be finite
 // (stored as zeros), and one holding a NaN (its scale is NaN, so it reads back as NaN, as fp16
-// memory would keep it). No code is ever outside [-127, 127].
+// memory would keep it). No code is ever outside [-127, 127]; K by column holds the same codes
+// + 128 at k_index. A NaN row's K turns every score NaN, and attention's output with it.
 TEST(PagedAttention, Q8RowsAtTheEdgesOfFloat) {
   const int hd = 64;
-  std::vector<int8_t> k(4 * hd), v(4 * hd);
-  std::vector<float> ks(4, -1.0f), vs(4, -1.0f);
-  kv_layer_view kv;
-  kv.k = k.data();
-  kv.v = v.data();
-  kv.k_scale = ks.data();
-  kv.v_scale = vs.data();
-  kv.dtype = kv_dtype::q8;
-  kv.n_kv_heads = 1;
-  kv.head_dim = hd;
-  kv.block_size = 4;
-  const int32_t table[1] = {0};
-  std::vector<float> zeros(hd, 0.0f), tiny(hd, 1e-38f), with_nan(hd, 1.0f), big(hd, -3e38f);
-  with_nan[5] = NAN;
-  big[0] = 3e38f;
-  kv_store(kv, table, 0, zeros.data(), zeros.data());
-  kv_store(kv, table, 1, tiny.data(), tiny.data());
-  kv_store(kv, table, 2, with_nan.data(), with_nan.data());
-  kv_store(kv, table, 3, big.data(), big.data());
-  EXPECT_EQ(ks[0], 0.0f);
-  EXPECT_TRUE(std::isnan(ks[2]));
-  EXPECT_FLOAT_EQ(ks[3], 3e38f / 127.0f);
-  for (int i = 0; i < hd; ++i) {
-    EXPECT_EQ(k[static_cast<size_t>(i)], 0);
-    EXPECT_EQ(k[static_cast<size_t>(hd + i)], 0);
-    EXPECT_EQ(k[static_cast<size_t>(2 * hd + i)], 0);
-    EXPECT_EQ(k[static_cast<size_t>(3 * hd + i)], i == 0 ? 127 : -127);
+  for (bool by_column : {false, true}) {
+    std::vector<int8_t> k(4 * hd), v(4 * hd);
+    std::vector<float> ks(4, -1.0f), vs(4, -1.0f);
+    kv_layer_view kv;
+    kv.k = k.data();
+    kv.v = v.data();
+    kv.k_scale = ks.data();
+    kv.v_scale = vs.data();
+    kv.dtype = kv_dtype::q8;
+    kv.n_kv_heads = 1;
+    kv.head_dim = hd;
+    kv.block_size = 4;
+    kv.k_by_column = by_column;
+    const int32_t table[1] = {0};
+    std::vector<float> zeros(hd, 0.0f), tiny(hd, 1e-38f), with_nan(hd, 1.0f), big(hd, -3e38f);
+    with_nan[5] = NAN;
+    big[0] = 3e38f;
+    kv_store(kv, table, 0, zeros.data(), zeros.data());
+    kv_store(kv, table, 1, tiny.data(), tiny.data());
+    kv_store(kv, table, 2, with_nan.data(), with_nan.data());
+    kv_store(kv, table, 3, big.data(), big.data());
+    EXPECT_EQ(ks[0], 0.0f);
+    EXPECT_TRUE(std::isnan(ks[2]));
+    EXPECT_FLOAT_EQ(ks[3], 3e38f / 127.0f);
+    auto k_code = [&](int slot, int i) {
+      const int64_t at = kv.k_index(0, 0, slot, i);
+      return by_column ? static_cast<int>(static_cast<uint8_t>(k[static_cast<size_t>(at)])) - 128
+                       : static_cast<int>(k[static_cast<size_t>(at)]);
+    };
+    for (int i = 0; i < hd; ++i) {
+      EXPECT_EQ(k_code(0, i), 0);
+      EXPECT_EQ(k_code(1, i), 0);
+      EXPECT_EQ(k_code(2, i), 0);
+      EXPECT_EQ(k_code(3, i), i == 0 ? 127 : -127);
+      EXPECT_EQ(v[static_cast<size_t>(3 * hd + i)], i == 0 ? 127 : -127);  // V stays by row
+    }
+    std::vector<float> q(hd, 0.5f), out(hd), scratch(4);
+    paged_attention_group(q.data(), kv, table, 2, 0, 1, 0.125f, out.data(), scratch.data(), attention_order::fast);
+    for (float x : out) EXPECT_EQ(x, 0.0f) << "zero and tiny rows weigh zero values";
+    paged_attention_group(q.data(), kv, table, 3, 0, 1, 0.125f, out.data(), scratch.data(), attention_order::fast);
+    for (float x : out) EXPECT_TRUE(std::isnan(x)) << (by_column ? "K by column" : "K by row");
   }
 }
