@@ -16,7 +16,6 @@
 #include <limits>
 #include <type_traits>
 
-#include "model/cpu_ops.hpp"
 #include "model/detail/attention_avx512.hpp"
 
 namespace troupe::model::detail {
@@ -214,23 +213,23 @@ struct q8_query {
   float d[NB];
   int32_t sum[NB];
   void set(const float* x) {
+    const __m512 sign = _mm512_set1_ps(-0.0f);
     for (int b = 0; b < NB; ++b) {
-      float amax = 0.0f;
-      bool finite = true;
-      for (int i = 0; i < 32; ++i) {
-        finite = finite && std::isfinite(x[32 * b + i]);
-        amax = std::max(amax, std::fabs(x[32 * b + i]));
-      }
+      const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+      // x - x is 0 for every finite x, NaN for NaN and infinities
+      const bool finite = _mm512_cmp_ps_mask(_mm512_sub_ps(v0, v0), _mm512_setzero_ps(), _CMP_EQ_OQ) == 0xFFFF &&
+                          _mm512_cmp_ps_mask(_mm512_sub_ps(v1, v1), _mm512_setzero_ps(), _CMP_EQ_OQ) == 0xFFFF;
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
       const float db = amax / 127.0f;
       // A block too small for 1 / scale is zeros; a NaN or infinite value makes the scores NaN.
       const float id = finite && db > 0.0f && std::isfinite(1.0f / db) ? 1.0f / db : 0.0f;
-      int32_t s = 0;
-      for (int i = 0; i < 32; ++i) {
-        qs[32 * b + i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[32 * b + i] * id), -127.0f, 127.0f));
-        s += qs[32 * b + i];
-      }
+      const __m512 vid = _mm512_set1_ps(id);
+      const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));  // rounded to nearest, |.| <= 127
+      const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+      _mm_store_si128(reinterpret_cast<__m128i*>(qs + 32 * b), _mm512_cvtsepi32_epi8(i0));
+      _mm_store_si128(reinterpret_cast<__m128i*>(qs + 32 * b + 16), _mm512_cvtsepi32_epi8(i1));
       d[b] = finite ? db : std::numeric_limits<float>::quiet_NaN();
-      sum[b] = s;
+      sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
     }
   }
 };
@@ -344,6 +343,39 @@ void weigh_values(const typename E::type* V, const kv_layer_view& kv, const int3
     for (int i = 0; i < R; ++i) _mm512_storeu_ps(out + h * HD + 16 * i, _mm512_mul_ps(acc[h][i], _mm512_set1_ps(inv[h])));
 }
 
+// exp(x) as cpu_ops' exp8 computes it (ggml's polynomial), 2^n applied by VSCALEFPS as ggml's
+// AVX-512 version does: the same bits, over 16 lanes, with no slow path for large |x|.
+inline __m512 exp16(__m512 x) {
+  const __m512 shifter = _mm512_set1_ps(0x1.8p23f);
+  const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), shifter);
+  const __m512 n = _mm512_sub_ps(z, shifter);  // round(x / ln2)
+  const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f), _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+  const __m512 u = _mm512_mul_ps(b, b);
+  const __m512 hi = _mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f));
+  const __m512 mid = _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f));
+  const __m512 lo = _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(hi, u, mid), u, lo), n);
+}
+
+// Softmax's numerators in place: row[i] = exp(row[i] - max), and 1 / their sum (summed in 16
+// float lanes, then across them). A NaN score makes the row's weights NaN.
+float softmax_row(float* row, int32_t n) {
+  __m512 mx = _mm512_set1_ps(row[0]);
+  for (int32_t i = 0; i < n; i += 16) {
+    const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+    mx = _mm512_mask_max_ps(mx, m, _mm512_maskz_loadu_ps(m, row + i), mx);
+  }
+  const __m512 sh = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int32_t i = 0; i < n; i += 16) {
+    const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(m, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + i), sh)));
+    _mm512_mask_storeu_ps(row + i, m, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return 1.0f / _mm512_reduce_add_ps(sum);
+}
+
 // Softmax of each head's scores in scratch, then V weighed into og, up to 4 heads per pass over V
 // at head size 64 (16 accumulators), 2 at 128.
 template <class E, int HD>
@@ -354,11 +386,7 @@ void weigh_all(const typename E::type* V, const kv_layer_view& kv, const int32_t
   for (int h0 = 0; h0 < group; h0 += per_pass) {
     const int nh = std::min(per_pass, group - h0);
     float* w = scratch + static_cast<int64_t>(h0) * n_ctx;
-    for (int h = 0; h < nh; ++h) {
-      float* row = w + static_cast<int64_t>(h) * n_ctx;
-      const float mx = max_value(row, n_ctx);
-      inv[h] = static_cast<float>(1.0 / exp_sum(row, mx, row, n_ctx));
-    }
+    for (int h = 0; h < nh; ++h) inv[h] = softmax_row(w + static_cast<int64_t>(h) * n_ctx, n_ctx);
     float* o = og + static_cast<int64_t>(h0) * HD;
     auto* first = h0 == 0 ? &ahead : nullptr;
     switch (nh) {
@@ -389,6 +417,27 @@ void attend(const float* q, const kv_layer_view& kv, const int32_t* block_table,
 }
 
 }  // namespace
+
+void quantize_row_q8(const float* x, int n, int8_t* codes, float* scale) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  __m512 amax = _mm512_setzero_ps();
+  __mmask16 finite = 0xFFFF;
+  for (int i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    finite &= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_EQ_OQ);  // x - x: 0 unless NaN/inf
+    amax = _mm512_max_ps(amax, _mm512_andnot_ps(sign, v));
+  }
+  const bool all_finite = finite == 0xFFFF;
+  const float d = _mm512_reduce_max_ps(amax) / 127.0f;
+  const float id = all_finite && d > 0.0f && std::isfinite(1.0f / d) ? 1.0f / d : 0.0f;
+  const __m512 vid = _mm512_set1_ps(id);
+  for (int i = 0; i < n; i += 16) {
+    // rounded to nearest even, as nearbyint; |x * id| <= 127, so the saturation never acts
+    const __m512i c = all_finite ? _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vid)) : _mm512_setzero_si512();
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtsepi32_epi8(c));
+  }
+  *scale = all_finite ? d : std::numeric_limits<float>::quiet_NaN();
+}
 
 void attend_avx512(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
                    int group, float scale, float* out, float* scratch) {

@@ -198,6 +198,8 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
   size_t max_ctx = 0;
   for (const auto& s : b.seqs) max_ctx = std::max(max_ctx, static_cast<size_t>(s.n_past) + s.tokens.size());
 
+  // llama.cpp's norm (one chain of additions) in its order, a vectorised one in the fast order.
+  const auto norm = order_ == matmul_order::fast ? rms_norm_fast : rms_norm;
   // Per-token work of a layer: across the pool for a batch of several tokens (one token's is too
   // short to be worth a hand-off), each token's arithmetic the same either way.
   auto per_token = [&](auto&& fn) {
@@ -214,7 +216,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     const auto& L = layers_[static_cast<size_t>(il)];
     const kv_layer_view kv = layer_view(il);
 
-    per_token([&](int64_t t) { rms_norm(x_.data() + t * ne, L.attn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
+    per_token([&](int64_t t) { norm(x_.data() + t * ne, L.attn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
     {
       // Q, K and V read the same input: one activation quantization, one dispatch.
       const weight_view ws[3] = {L.wq, L.wk, L.wv};
@@ -262,7 +264,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     matmul(L.wo, att_.data(), T, tmp_.data(), pool_);
     add_inplace(x_.data(), tmp_.data(), T * ne);
 
-    per_token([&](int64_t t) { rms_norm(x_.data() + t * ne, L.ffn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
+    per_token([&](int64_t t) { norm(x_.data() + t * ne, L.ffn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
     {
       const weight_view ws[2] = {L.w_gate, L.w_up};
       float* const ys[2] = {gate_.data(), up_.data()};
@@ -280,7 +282,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
   if (n_out == 0) return out;
   grow(out_rows_, n_out * ne);
   for (int64_t r = 0; r < n_out; ++r)
-    rms_norm(x_.data() + logit_rows[static_cast<size_t>(r)] * ne, model_->output_norm(), out_rows_.data() + r * ne, ne,
+    norm(x_.data() + logit_rows[static_cast<size_t>(r)] * ne, model_->output_norm(), out_rows_.data() + r * ne, ne,
              hp.rms_eps);
   out.data.resize(static_cast<size_t>(n_out) * hp.n_vocab);
   matmul(output_, out_rows_.data(), n_out, out.data.data(), pool_);

@@ -116,6 +116,29 @@ void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
   for (int i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
 }
 
+void rms_norm_fast(const float* x, const float* w, float* y, int n, float eps) {
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+    const __m256 sa = _mm256_mul_ps(a, a), sb = _mm256_mul_ps(b, b);  // squares rounded to float
+    acc[0] = _mm256_add_pd(acc[0], _mm256_cvtps_pd(_mm256_castps256_ps128(sa)));
+    acc[1] = _mm256_add_pd(acc[1], _mm256_cvtps_pd(_mm256_extractf128_ps(sa, 1)));
+    acc[2] = _mm256_add_pd(acc[2], _mm256_cvtps_pd(_mm256_castps256_ps128(sb)));
+    acc[3] = _mm256_add_pd(acc[3], _mm256_cvtps_pd(_mm256_extractf128_ps(sb, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(_mm256_add_pd(acc[0], acc[1]), _mm256_add_pd(acc[2], acc[3])));
+  double ss = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; i < n; ++i) ss += static_cast<double>(x[i] * x[i]);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
+  const __m256 vs = _mm256_set1_ps(scale);
+  int j = 0;
+  for (; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(y + j, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j), vs), _mm256_loadu_ps(w + j)));
+  for (; j < n; ++j) y[j] = x[j] * scale * w[j];
+}
+
 void rope_table(int32_t pos, int n_rot, float base, float freq_scale, float* cos_t, float* sin_t) {
   // As ggml builds it: theta starts at the position and is multiplied by base^(-2/n_rot) once per
   // pair, a running float product (not one pow per pair: that differs by a few ulps), then

@@ -8,6 +8,10 @@ namespace troupe::model {
 
 // y = x / rms(x) * w, for one row of n.
 void rms_norm(const float* x, const float* w, float* y, int n, float eps);
+// The same norm for the fast order: the squares summed in 16 double lanes instead of one chain
+// (ggml's order is a single chain of n dependent additions), each token's result independent of
+// the batch.
+void rms_norm_fast(const float* x, const float* w, float* y, int n, float eps);
 
 // Rotates the first n_rot dims of each of n_heads heads of size head_dim in place, using the
 // cos/sin table of this token's position (n_rot / 2 entries each).

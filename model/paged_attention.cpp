@@ -45,6 +45,14 @@ struct f32_elems {
   static float load1(const type* p) { return *p; }
   static void store(type* dst, const float* src, int n, float*) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
 };
+// What model/attention_avx512.cpp is compiled for (cmake/TroupeKernelFlags.cmake).
+bool cpu_has_avx512() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+  return avx512;
+}
+
 // q8 rows are only stored here; model/attention_avx512.cpp reads them.
 struct q8_elems {
   using type = int8_t;
@@ -52,6 +60,7 @@ struct q8_elems {
   // as zeros; a NaN or infinite value makes the scale NaN, so the row reads back as NaN, as fp16
   // memory would keep it.
   static void store(type* dst, const float* src, int n, float* scale) {
+    if (n % 16 == 0 && cpu_has_avx512()) return detail::quantize_row_q8(src, n, dst, scale);
     float amax = 0.0f;
     bool finite = true;
     for (int i = 0; i < n; ++i) {
@@ -287,13 +296,6 @@ void attend_q8_plain(const float* q, const kv_layer_view& kv, const int32_t* blo
   }
 }
 
-// What model/attention_avx512.cpp is compiled for (cmake/TroupeKernelFlags.cmake).
-bool cpu_has_avx512() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                             __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
-  return avx512;
-}
 
 bool fast_kernel_fits(int head_dim) {
   kv_layer_view probe;

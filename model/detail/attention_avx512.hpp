@@ -13,6 +13,10 @@ inline bool attend_avx512_fits(const kv_layer_view& kv) { return kv.head_dim == 
 // paged_attention_group's contract, in the fast order: scores 16 positions at a time (each
 // position's products summed lane-wise, then the 16 sums transposed out of one register), softmax
 // by exp_sum, then V weighed for up to 4 heads per pass with one FMA chain per output value.
+// q8 K/V's row quantization (paged_attention.cpp's q8 store, the same codes and scale) for n a
+// multiple of 16.
+void quantize_row_q8(const float* x, int n, int8_t* codes, float* scale);
+
 void attend_avx512(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
                    int group, float scale, float* out, float* scratch);
 
