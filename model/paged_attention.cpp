@@ -84,19 +84,24 @@ void store_t(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, c
   auto* K = static_cast<typename E::type*>(kv.k);
   auto* V = static_cast<typename E::type*>(kv.v);
   const bool by_column = kv.k_by_column && !std::is_same_v<E, f32_elems>;
-  thread_local std::vector<typename E::type> row_k;
-  if (by_column) row_k.resize(static_cast<size_t>(kv.head_dim));
+  thread_local std::vector<typename E::type> staged;
+  if (by_column) staged.resize(static_cast<size_t>(kv.head_dim));
   for (int h = 0; h < kv.n_kv_heads; ++h) {
     const int64_t off = kv.offset(block, h, slot);
     const int64_t row = off / kv.head_dim;  // q8: the row's scale
     const float* kh = k + static_cast<int64_t>(h) * kv.head_dim;
     float* ks = kv.k_scale ? kv.k_scale + row : nullptr;
-    if (by_column) {  // the row as it would be stored, then each value into its column
-      E::store(row_k.data(), kh, kv.head_dim, ks);
-      for (int d = 0; d < kv.head_dim; ++d) {
-        const int64_t at = kv.k_index(block, h, slot, d);
-        if constexpr (std::is_same_v<E, q8_elems>) reinterpret_cast<uint8_t*>(K)[at] = static_cast<uint8_t>(row_k[static_cast<size_t>(d)] + 128);
-        else K[at] = row_k[static_cast<size_t>(d)];
+    if (by_column) {  // the row as it would be stored, then each value into its column (kv.k_index)
+      E::store(staged.data(), kh, kv.head_dim, ks);
+      const int64_t region = kv.offset(block, h, 0);
+      if constexpr (std::is_same_v<E, q8_elems>) {  // 4 values side by side, + 128
+        auto* col = reinterpret_cast<uint8_t*>(K) + region + 4 * slot;
+        for (int d = 0; d < kv.head_dim; d += 4)
+          for (int i = 0; i < 4; ++i)
+            col[static_cast<int64_t>(d) * kv.block_size + i] = static_cast<uint8_t>(staged[static_cast<size_t>(d + i)] + 128);
+      } else {
+        auto* col = K + region + slot;
+        for (int d = 0; d < kv.head_dim; ++d) col[static_cast<int64_t>(d) * kv.block_size] = staged[static_cast<size_t>(d)];
       }
     } else {
       E::store(K + off, kh, kv.head_dim, ks);
