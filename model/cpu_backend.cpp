@@ -198,10 +198,12 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
   size_t max_ctx = 0;
   for (const auto& s : b.seqs) max_ctx = std::max(max_ctx, static_cast<size_t>(s.n_past) + s.tokens.size());
 
+  // llama.cpp's norm (one chain of additions) in its order, a vectorised one in the fast order.
+  const auto norm = order_ == matmul_order::fast ? rms_norm_fast : rms_norm;
   // Per-token work of a layer: across the pool for a batch of several tokens (one token's is too
   // short to be worth a hand-off), each token's arithmetic the same either way.
-  auto per_token = [&](auto&& fn, int64_t min_tokens = k_min_parallel_tokens) {
-    if (T < min_tokens) {
+  auto per_token = [&](auto&& fn) {
+    if (T < k_min_parallel_tokens) {
       for (int64_t t = 0; t < T; ++t) fn(t);
       return;
     }
@@ -210,18 +212,11 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     });
   };
 
-  // llama.cpp's norm (one chain of additions, ~4 cycles a value) in its order, spread over the
-  // pool; the fast order's (16 lanes) costs less than a hand-off, up to a long prompt's batch.
-  const bool fast = order_ == matmul_order::fast;
-  const auto norm = fast ? rms_norm_fast : rms_norm;
-  const int64_t norm_min_tokens = fast ? 64 : k_min_parallel_tokens;
-
   for (int il = 0; il < hp.n_layer; ++il) {
     const auto& L = layers_[static_cast<size_t>(il)];
     const kv_layer_view kv = layer_view(il);
 
-    per_token([&](int64_t t) { norm(x_.data() + t * ne, L.attn_norm, xn_.data() + t * ne, ne, hp.rms_eps); },
-              norm_min_tokens);
+    per_token([&](int64_t t) { norm(x_.data() + t * ne, L.attn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
     {
       // Q, K and V read the same input: one activation quantization, one dispatch.
       const weight_view ws[3] = {L.wq, L.wk, L.wv};
@@ -269,8 +264,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     matmul(L.wo, att_.data(), T, tmp_.data(), pool_);
     add_inplace(x_.data(), tmp_.data(), T * ne);
 
-    per_token([&](int64_t t) { norm(x_.data() + t * ne, L.ffn_norm, xn_.data() + t * ne, ne, hp.rms_eps); },
-              norm_min_tokens);
+    per_token([&](int64_t t) { norm(x_.data() + t * ne, L.ffn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
     {
       const weight_view ws[2] = {L.w_gate, L.w_up};
       float* const ys[2] = {gate_.data(), up_.data()};

@@ -22,10 +22,8 @@ constexpr int64_t k_min_parallel_macs = 32 * 1024;
 // Token chunk: keep one chunk of quantized activations (per thread's pass over its rows)
 // well inside a 1 MiB L2, so the rows' weights and the chunk both stay cached.
 constexpr int64_t k_act_chunk_bytes = 128 * 1024;
-// Activations of at least this many values are quantized by all pool threads: below it (a
-// decode batch of 16 tokens is 9k-25k values, a few microseconds' work) one more hand-off and
-// join costs about what the second thread saves.
-constexpr int64_t k_parallel_quantize_values = 32 * 1024;
+// Activations of at least this many tokens are quantized by all pool threads.
+constexpr int64_t k_parallel_quantize_tokens = 8;
 // Row chunks per pool thread: 2 balances the load and lets a running thread take over the share
 // of one the OS has not scheduled, for one extra atomic claim per chunk.
 constexpr int64_t k_chunks_per_thread = 2;
@@ -338,7 +336,7 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
         }
       }
     };
-    if (n_tok * n_in >= k_parallel_quantize_values && nth > 1) {
+    if (n_tok >= k_parallel_quantize_tokens && nth > 1) {
       // Wrapped so the std::function holds one pointer (stored inline, no allocation).
       pool.parallel_for(n_tok, [&quantize_tokens](int64_t t0, int64_t t1) { quantize_tokens(t0, t1); });
     } else {
