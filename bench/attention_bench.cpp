@@ -115,8 +115,8 @@ void BM_decode_step_attention(benchmark::State& state) {
   const double kv_bytes = 2.0 * batch * n_ctx * k_kv_heads * (k_head_dim * static_cast<double>(elem) + (q8 ? 4 : 0)) * k_layers;
   state.counters["kv_GB/s"] = benchmark::Counter(kv_bytes, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
-  // The fast order's kernel has the same CPU and head-size needs as q8 K/V.
-  const bool fast_kernel = order == attention_order::fast && kv_q8_supported(k_head_dim);
+  // Where the fast order's kernel runs, fp16 K is laid out by column for it.
+  const bool fast_kernel = order == attention_order::fast && kv_k_by_column(kv_dtype::f16, k_head_dim, true);
   state.SetLabel(std::string(q8 ? "q8 K/V" : fast_kernel ? "fast order" : "llama.cpp decode order") +
                  (by_column ? ", K by column" : ", K by row"));
 }

@@ -224,8 +224,9 @@ struct q8_query {
       // A block too small for 1 / scale is zeros; a NaN or infinite value makes the scores NaN.
       const float id = finite && db > 0.0f && std::isfinite(1.0f / db) ? 1.0f / db : 0.0f;
       const __m512 vid = _mm512_set1_ps(id);
-      const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));  // rounded to nearest, |.| <= 127
-      const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+      // rounded to nearest, |.| <= 127; a block with NaN or inf is zeros (its scale is NaN)
+      const __m512i i0 = finite ? _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)) : _mm512_setzero_si512();
+      const __m512i i1 = finite ? _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid)) : _mm512_setzero_si512();
       _mm_store_si128(reinterpret_cast<__m128i*>(qs + 32 * b), _mm512_cvtsepi32_epi8(i0));
       _mm_store_si128(reinterpret_cast<__m128i*>(qs + 32 * b + 16), _mm512_cvtsepi32_epi8(i1));
       d[b] = finite ? db : std::numeric_limits<float>::quiet_NaN();
@@ -344,7 +345,7 @@ void weigh_values(const typename E::type* V, const kv_layer_view& kv, const int3
 }
 
 // exp(x) as cpu_ops' exp8 computes it (ggml's polynomial), 2^n applied by VSCALEFPS as ggml's
-// AVX-512 version does: the same bits, over 16 lanes, with no slow path for large |x|.
+// AVX-512 version does: the same bits for x <= 0 (softmax's range), over 16 lanes.
 inline __m512 exp16(__m512 x) {
   const __m512 shifter = _mm512_set1_ps(0x1.8p23f);
   const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), shifter);
@@ -354,7 +355,9 @@ inline __m512 exp16(__m512 x) {
   const __m512 hi = _mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f));
   const __m512 mid = _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f));
   const __m512 lo = _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(hi, u, mid), u, lo), n);
+  const __m512 e = _mm512_scalef_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(hi, u, mid), u, lo), n);
+  // Below 2^-192 ggml gives 0 (and exp(-inf) = 0, where b above is NaN); NaN lanes stay NaN.
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~_mm512_cmp_ps_mask(n, _mm512_set1_ps(-192.0f), _CMP_LT_OQ)), e);
 }
 
 // Softmax's numerators in place: row[i] = exp(row[i] - max), and 1 / their sum (summed in 16

@@ -269,34 +269,39 @@ void attend_t(const float* q, const kv_layer_view& kv, const int32_t* block_tabl
   }
 }
 
-// q8 memory without the AVX-512 kernel (other CPUs or head sizes; cpu_backend refuses those,
-// so only direct callers get here): plain loops, softmax as everywhere else.
-void attend_q8_plain(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
-                     int group, float scale, float* out, float* scratch) {
+// A plain reference over any layout of fp16 or q8 memory: q8 when this CPU has no q8 kernel (or
+// a view kept by row), fp16 by column when the fast kernel does not fit (views the backend never
+// makes: kv_k_by_column says when it lays K out by column).
+void attend_plain(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
+                  int group, float scale, float* out, float* scratch) {
   const int hd = kv.head_dim;
-  const auto* K = static_cast<const int8_t*>(kv.k);
-  const auto* V = static_cast<const int8_t*>(kv.v);
+  const bool q8 = kv.dtype == kv_dtype::q8;
   auto row_of = [&](int32_t pos) { return kv.offset(block_table[pos / kv.block_size], kv_head, pos % kv.block_size); };
-  auto k_code = [&](int32_t pos, int i) -> int {
+  auto k_value = [&](int32_t pos, int i) -> float {
     const int64_t at = kv.k_index(block_table[pos / kv.block_size], kv_head, pos % kv.block_size, i);
-    return kv.k_by_column ? static_cast<int>(reinterpret_cast<const uint8_t*>(K)[at]) - 128 : K[at];
+    if (!q8) return fp16_to_fp32(static_cast<const uint16_t*>(kv.k)[at]);
+    const int code = kv.k_by_column ? static_cast<int>(static_cast<const uint8_t*>(kv.k)[at]) - 128
+                                    : static_cast<const int8_t*>(kv.k)[at];
+    return static_cast<float>(code);
+  };
+  auto v_value = [&](int64_t at) -> float {
+    return q8 ? static_cast<float>(static_cast<const int8_t*>(kv.v)[at]) : fp16_to_fp32(static_cast<const uint16_t*>(kv.v)[at]);
   };
   for (int j = 0; j < group; ++j) {
     const float* qj = q + (static_cast<int64_t>(kv_head) * group + j) * hd;
     float* s = scratch + static_cast<int64_t>(j) * n_ctx;
     for (int32_t pos = 0; pos < n_ctx; ++pos) {
-      const int64_t off = row_of(pos);
       float dot = 0.0f;
-      for (int i = 0; i < hd; ++i) dot += qj[i] * static_cast<float>(k_code(pos, i));
-      s[pos] = dot * kv.k_scale[off / hd] * scale;
+      for (int i = 0; i < hd; ++i) dot += qj[i] * k_value(pos, i);
+      s[pos] = dot * (q8 ? kv.k_scale[row_of(pos) / hd] : 1.0f) * scale;
     }
     const float inv = static_cast<float>(1.0 / exp_sum(s, max_value(s, n_ctx), s, n_ctx));
     float* o = out + (static_cast<int64_t>(kv_head) * group + j) * hd;
     std::fill(o, o + hd, 0.0f);
     for (int32_t pos = 0; pos < n_ctx; ++pos) {
       const int64_t off = row_of(pos);
-      const float w = s[pos] * inv * kv.v_scale[off / hd];
-      for (int i = 0; i < hd; ++i) o[i] += w * V[off + i];
+      const float w = s[pos] * inv * (q8 ? kv.v_scale[off / hd] : 1.0f);
+      for (int i = 0; i < hd; ++i) o[i] += w * v_value(off + i);
     }
   }
 }
@@ -316,7 +321,7 @@ bool kv_q8_supported(int head_dim) {
 }
 
 bool kv_k_by_column(kv_dtype dtype, int head_dim, bool fast_order) {
-  if (dtype == kv_dtype::q8) return true;
+  if (dtype == kv_dtype::q8) return head_dim % 4 == 0;
   return dtype == kv_dtype::f16 && fast_order && fast_kernel_fits(head_dim);
 }
 
@@ -328,17 +333,23 @@ void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, 
 
 void paged_attention_group(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
                            int kv_head, int group, float scale, float* out, float* scratch, attention_order order) {
-  if (kv.dtype == kv_dtype::q8) {  // one kernel (the fast order's) whatever the order asked
-    if (kv.k_by_column && kv_q8_supported(kv.head_dim)) detail::attend_avx512(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
-    else attend_q8_plain(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+  if (n_ctx <= 0) {  // nothing to attend to (a query always sees at least its own position)
+    std::fill(out + static_cast<int64_t>(kv_head) * group * kv.head_dim,
+              out + static_cast<int64_t>(kv_head + 1) * group * kv.head_dim, 0.0f);
     return;
   }
-  // K by column has only the fast kernel (kv_k_by_column says when a view is laid out so).
+  if (kv.dtype == kv_dtype::q8) {  // one kernel (the fast order's) whatever the order asked
+    if (kv.k_by_column && kv_q8_supported(kv.head_dim)) detail::attend_avx512(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+    else attend_plain(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+    return;
+  }
+  // K by column is read by the fast kernel (kv_k_by_column says when a view is laid out so).
   if (order == attention_order::fast || kv.k_by_column) {
     if (fast_kernel_fits(kv.head_dim)) {
       detail::attend_avx512(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
       return;
     }
+    if (kv.k_by_column && kv.dtype == kv_dtype::f16) return attend_plain(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
     order = attention_order::single;  // other CPUs and head sizes: llama.cpp's decode order
   }
   if (kv.dtype == kv_dtype::f16)

@@ -47,8 +47,10 @@ struct kv_layer_view {
 // memory has only the fast order's kernel, which paged_attention_group then always uses.
 bool kv_q8_supported(int head_dim);
 
-// Whether K memory of this type is laid out by column: always for q8, for fp16 when the fast order
-// runs its AVX-512 kernel on this CPU (the llama.cpp orders read rows); never for f32.
+// Whether K memory of this type is laid out by column: for q8 whenever head_dim is a multiple of 4
+// (the layout's groups), for fp16 when the fast order runs its AVX-512 kernel on this CPU (the
+// llama.cpp orders read rows); never for f32. Views laid out otherwise still attend correctly
+// (through plain loops), but only these are fast.
 bool kv_k_by_column(kv_dtype dtype, int head_dim, bool fast_order);
 
 // Stores one token's K and V (n_kv_heads * head_dim floats each) at position `pos`.

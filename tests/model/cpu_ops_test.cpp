@@ -37,6 +37,27 @@ TEST(CpuOps, RmsNormMatchesDefinition) {
   for (int i = 0; i < n; ++i) EXPECT_NEAR(y[i], x[i] * scale * w[i], 1e-6 * std::fabs(x[i] * scale * w[i]) + 1e-7) << i;
 }
 
+// The fast order's norm: the same definition, its squares summed in lanes (lengths that are not
+// a multiple of 16 or 8 take the scalar tails), and within a few float ulps of ggml's chain.
+TEST(CpuOps, RmsNormFastMatchesDefinitionAndTheChain) {
+  for (int n : {576, 64, 100, 7}) {
+    auto x = random_floats(n, -3.0f, 3.0f, 3);
+    x[static_cast<size_t>(n / 2)] = 2.0e4f;
+    auto w = random_floats(n, 0.5f, 1.5f, 4);
+    std::vector<float> y(static_cast<size_t>(n)), chain(static_cast<size_t>(n));
+    rms_norm_fast(x.data(), w.data(), y.data(), n, 1e-5f);
+    rms_norm(x.data(), w.data(), chain.data(), n, 1e-5f);
+    double ss = 0;
+    for (float v : x) ss += static_cast<double>(v) * v;
+    const double scale = 1.0 / std::sqrt(ss / n + 1e-5);
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+      const double want = x[i] * scale * w[i];
+      EXPECT_NEAR(y[i], want, 1e-6 * std::fabs(want) + 1e-7) << "n " << n << " i " << i;
+      EXPECT_NEAR(y[i], chain[i], 4e-7 * std::fabs(chain[i]) + 1e-9) << "n " << n << " i " << i;
+    }
+  }
+}
+
 TEST(CpuOps, RopeTableMatchesPowFormula) {
   const int n_rot = 64;
   std::vector<float> c(n_rot / 2), s(n_rot / 2);
