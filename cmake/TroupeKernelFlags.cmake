@@ -6,6 +6,7 @@ function(troupe_kernel_flags root)
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
   set_source_files_properties(${root}/model/matmul_avx512.cpp ${root}/model/matmul_x16_avx512.cpp PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni")
+  # attention_avx512.cpp enables AVX-512 VNNI for its q8 scorer alone (a target attribute).
   set_source_files_properties(${root}/model/attention_avx512.cpp PROPERTIES
-    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni")
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq")
 endfunction()

@@ -8,6 +8,7 @@
 // GCC 12 warns that the intrinsics' own _mm512_undefined_* pass-through may be used uninitialized
 // (a false positive: unmasked forms ignore it), as in matmul_x16_avx512.cpp.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -239,8 +240,10 @@ struct q8_query {
 // 4 values' column; such columns bs * 4 bytes apart; ks: the slots' row scales) for heads [0, NH)
 // of qq: per block of 32 values an exact integer dot product of unsigned (code + 128) K bytes
 // with the signed query codes, less 128 x the query block's sum, scaled by both scales.
+// The file's one use of AVX-512 VNNI, enabled for this function alone: the fp16 and f32 paths
+// also run on AVX-512 CPUs without it (paged_attention_group checks kv_q8_supported for q8).
 template <int HD, int NH>
-void score_columns_q8(const uint8_t* col, const float* ks, int bs, int n, const q8_query<HD>* qq, float scale,
+__attribute__((target("avx512vnni"))) void score_columns_q8(const uint8_t* col, const float* ks, int bs, int n, const q8_query<HD>* qq, float scale,
                       float* dst, int64_t n_ctx) {
   constexpr int NB = HD / 32;
   const auto mask = static_cast<__mmask16>((1u << n) - 1);
