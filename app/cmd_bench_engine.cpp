@@ -36,6 +36,7 @@ struct bench_options {
   std::vector<int> batches = {1, 4, 16, 64};
   int repeats = 3;
   int batch_repeats = 3;
+  int block_size = backend_options{}.block_size;  // KV block size in tokens (the server's default)
   bool skip_llama = false;
   std::string matmul = "both";
   std::string kv = "both";  // f16, q8 or both (q8: one more run, in the fast order when it runs)
@@ -277,6 +278,7 @@ int run_bench_engine(const bench_options& o) {
     bo.n_threads = threads;
     bo.matmul = order;
     bo.kv_q8 = kv_q8;
+    bo.block_size = o.block_size;
     bo.kv_bytes = static_cast<int64_t>(max_b) * (o.batch_prompt + o.batch_gen + 32) * hp.n_kv_dim() * hp.n_layer * 2 * 2 +
                   (64ll << 20);
     auto be = make_backend("cpu", lm.value()->weights, bo);
@@ -362,6 +364,7 @@ troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, b
                                    sub.add_option("--batches", o->batches, "Batch sizes for aggregate decode")->delimiter(',')->capture_default_str();
                                    sub.add_option("--repeats", o->repeats, "Repetitions of the single-sequence tests")->capture_default_str();
                                    sub.add_option("--batch-repeats", o->batch_repeats, "Rounds of the batched tests, each batch size once per round (medians)")->capture_default_str();
+                                   sub.add_option("--block-size", o->block_size, "KV block size in tokens")->capture_default_str();
                                    sub.add_option("--prefill-tokens", o->prefill_tokens, "Prompt length for the prefill test")->capture_default_str();
                                    sub.add_option("--decode-tokens", o->decode_tokens, "Tokens for the decode test")->capture_default_str();
                                    sub.add_option("--batch-prompt", o->batch_prompt, "Prompt tokens per sequence in batched decode")->capture_default_str();
