@@ -213,25 +213,14 @@ struct q8_query {
   alignas(64) int8_t qs[HD];
   float d[NB];
   int32_t sum[NB];
+  // Each block as q8 K/V rows are quantized (quantize_row_q8): a non-finite block is zeros with a
+  // NaN scale, so its scores come out NaN.
   void set(const float* x) {
-    const __m512 sign = _mm512_set1_ps(-0.0f);
     for (int b = 0; b < NB; ++b) {
-      const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
-      // x - x is 0 for every finite x, NaN for NaN and infinities
-      const bool finite = _mm512_cmp_ps_mask(_mm512_sub_ps(v0, v0), _mm512_setzero_ps(), _CMP_EQ_OQ) == 0xFFFF &&
-                          _mm512_cmp_ps_mask(_mm512_sub_ps(v1, v1), _mm512_setzero_ps(), _CMP_EQ_OQ) == 0xFFFF;
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
-      const float db = amax / 127.0f;
-      // A block too small for 1 / scale is zeros; a NaN or infinite value makes the scores NaN.
-      const float id = finite && db > 0.0f && std::isfinite(1.0f / db) ? 1.0f / db : 0.0f;
-      const __m512 vid = _mm512_set1_ps(id);
-      // rounded to nearest, |.| <= 127; a block with NaN or inf is zeros (its scale is NaN)
-      const __m512i i0 = finite ? _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)) : _mm512_setzero_si512();
-      const __m512i i1 = finite ? _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid)) : _mm512_setzero_si512();
-      _mm_store_si128(reinterpret_cast<__m128i*>(qs + 32 * b), _mm512_cvtsepi32_epi8(i0));
-      _mm_store_si128(reinterpret_cast<__m128i*>(qs + 32 * b + 16), _mm512_cvtsepi32_epi8(i1));
-      d[b] = finite ? db : std::numeric_limits<float>::quiet_NaN();
-      sum[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+      quantize_row_q8(x + 32 * b, 32, qs + 32 * b, &d[b]);
+      int32_t s = 0;
+      for (int i = 0; i < 32; ++i) s += qs[32 * b + i];
+      sum[b] = s;
     }
   }
 };
