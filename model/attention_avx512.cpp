@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "model/detail/attention_avx512.hpp"
+#include "model/detail/avx512_lanes.hpp"
 
 namespace troupe::model::detail {
 
@@ -110,22 +111,6 @@ struct prefetch_cursor {
     pos = block = slot = 0;
   }
 };
-
-// Lane p of the result: the sum of v[p]'s 16 lanes. Pairs, then quads, are interleaved and
-// added within 128-bit lanes, then the four 128-bit partial sums are folded across lanes.
-inline __m512 sum_lanes16(const __m512 (&v)[k_chunk]) {
-  __m512 a[8], b[4], c[2];
-  for (int i = 0; i < 8; ++i)
-    a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-  for (int i = 0; i < 4; ++i)
-    b[i] = _mm512_add_ps(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  for (int i = 0; i < 2; ++i)
-    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_f32x4(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
 
 // Scores of n <= 16 consecutive positions whose K rows start at kp, for every head of the group,
 // times scale, into scratch[h * n_ctx + pos0 ...].

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 
+#include "model/detail/avx512_lanes.hpp"
 #include "model/detail/matmul_kernels.hpp"
 #include "model/detail/quant_blocks.hpp"
 
@@ -712,26 +713,63 @@ void float_kernel(const kernel_weights& w, const float* x, int64_t x_stride, int
 
 // ---- activation quantization ------------------------------------------------------------
 
+// One block of 32 (see quantize_acts).
+inline void quantize_block(const float* x, int8_t* qs, float* d, float* s, int32_t* sum16) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  const __m512 v0 = _mm512_loadu_ps(x);
+  const __m512 v1 = _mm512_loadu_ps(x + 16);
+  const __m512 a = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
+  const float amax = _mm512_reduce_max_ps(a);
+  const float db = amax / 127.0f;
+  const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+  const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
+  const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtsepi32_epi8(i0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtsepi32_epi8(i1));
+  // Scales rounded through fp16 as ggml's block_q8_0 / block_q8_1 store them: the products
+  // then match llama.cpp's bit for bit, which keeps greedy decoding on the same path.
+  *d = round_through_fp16(db);
+  sum16[0] = _mm512_reduce_add_epi32(i0);
+  sum16[1] = _mm512_reduce_add_epi32(i1);
+  *s = round_through_fp16(db * static_cast<float>(sum16[0] + sum16[1]));
+}
+
+inline __m512 round_through_fp16(__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
+
+// Blocks of 32 values to int8 codes with a scale each (max |x| / 127, rounded through fp16), the
+// sum of each half's codes and d * sum. 16 blocks at a time share their reductions (max, sums):
+// the same numbers as one block at a time (quantize_block), in a third of the instructions.
 void quantize_acts(const float* x, int64_t n, int8_t* qs, float* d, float* s, int32_t* sum16) {
   const __m512 sign = _mm512_set1_ps(-0.0f);
-  for (int64_t b = 0; b < n / qk32; ++b, x += qk32, qs += qk32) {
-    const __m512 v0 = _mm512_loadu_ps(x);
-    const __m512 v1 = _mm512_loadu_ps(x + 16);
-    const __m512 a = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
-    const float amax = _mm512_reduce_max_ps(a);
-    const float db = amax / 127.0f;
-    const __m512 id = _mm512_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
-    const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));
-    const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtsepi32_epi8(i0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtsepi32_epi8(i1));
-    // Scales rounded through fp16 as ggml's block_q8_0 / block_q8_1 store them: the products
-    // then match llama.cpp's bit for bit, which keeps greedy decoding on the same path.
-    d[b] = round_through_fp16(db);
-    sum16[2 * b] = _mm512_reduce_add_epi32(i0);
-    sum16[2 * b + 1] = _mm512_reduce_add_epi32(i1);
-    s[b] = round_through_fp16(db * static_cast<float>(sum16[2 * b] + sum16[2 * b + 1]));
+  const int64_t nb = n / qk32;
+  int64_t b = 0;
+  for (; b + 16 <= nb; b += 16) {
+    const float* xb = x + b * qk32;
+    __m512 a[16];
+    for (int j = 0; j < 16; ++j)
+      a[j] = _mm512_max_ps(_mm512_andnot_ps(sign, _mm512_loadu_ps(xb + qk32 * j)),
+                           _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + qk32 * j + 16)));
+    const __m512 amax = max_lanes16(a);
+    const __m512 db = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+    alignas(64) float id[16];
+    _mm512_store_ps(id, _mm512_maskz_div_ps(_mm512_cmp_ps_mask(amax, _mm512_setzero_ps(), _CMP_NEQ_UQ),
+                                            _mm512_set1_ps(127.0f), amax));
+    __m512i lo[16], hi[16];
+    for (int j = 0; j < 16; ++j) {
+      const __m512 vid = _mm512_set1_ps(id[j]);
+      lo[j] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + qk32 * j), vid));
+      hi[j] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xb + qk32 * j + 16), vid));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + (b + j) * qk32), _mm512_cvtsepi32_epi8(lo[j]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + (b + j) * qk32 + 16), _mm512_cvtsepi32_epi8(hi[j]));
+    }
+    const __m512i sum_lo = sum_lanes16_epi32(lo), sum_hi = sum_lanes16_epi32(hi);
+    // sum16 holds each block's halves side by side
+    _mm512_storeu_si512(sum16 + 2 * b, _mm512_permutex2var_epi32(sum_lo, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), sum_hi));
+    _mm512_storeu_si512(sum16 + 2 * b + 16, _mm512_permutex2var_epi32(sum_lo, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), sum_hi));
+    _mm512_storeu_ps(d + b, round_through_fp16(db));
+    _mm512_storeu_ps(s + b, round_through_fp16(_mm512_mul_ps(db, _mm512_cvtepi32_ps(_mm512_add_epi32(sum_lo, sum_hi)))));
   }
+  for (; b < nb; ++b) quantize_block(x + b * qk32, qs + b * qk32, d + b, s + b, sum16 + 2 * b);
 }
 
 }  // namespace

@@ -211,21 +211,27 @@ TEST(Matmul, LargeBatchChunksAndRowStride) {
 }
 
 // The SIMD activation quantizers must produce exactly what the scalar one does (both round
-// half to even), so the kernels' accuracy analysis holds for all of them.
+// half to even), so the kernels' accuracy analysis holds for all of them. 34 blocks: the
+// AVX-512 one takes 16 blocks at a time (sharing their reductions), then one at a time.
 TEST(Matmul, ActivationQuantizersAgree) {
-  auto x = activations(1, 1024, 12);
+  constexpr int64_t n = 34 * 32;
+  auto x = activations(1, n, 12);
   x[0] = 0.0f;
-  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // an all-zero block
-  std::vector<int8_t> q_ref(1024), q(1024);
-  std::vector<float> d_ref(32), s_ref(32), dd(32), ss(32);
-  std::vector<int32_t> sum_ref(64), sum(64);
-  d::quantize_acts_scalar(x.data(), 1024, q_ref.data(), d_ref.data(), s_ref.data(), sum_ref.data());
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);      // an all-zero block
+  std::fill(x.begin() + 1056, x.begin() + 1088, 0.0f);  // and one in the tail
+  x[200] = 3e38f;                                       // a huge value (its block's codes: 127 and 0s)
+  x[600] = -1e-30f;                                     // a tiny one
+  x[1040] = -7.5f;                                      // the tail's largest
+  std::vector<int8_t> q_ref(n), q(n);
+  std::vector<float> d_ref(n / 32), s_ref(n / 32), dd(n / 32), ss(n / 32);
+  std::vector<int32_t> sum_ref(n / 16), sum(n / 16);
+  d::quantize_acts_scalar(x.data(), n, q_ref.data(), d_ref.data(), s_ref.data(), sum_ref.data());
   for (auto isa : supported_isas()) {
     const d::isa_kernels* k = isa == d::isa_kind::avx2         ? &d::avx2_kernels()
                               : isa == d::isa_kind::avx512vnni ? &d::avx512vnni_kernels()
                                                                : nullptr;
     if (!k) continue;
-    k->quantize_acts(x.data(), 1024, q.data(), dd.data(), ss.data(), sum.data());
+    k->quantize_acts(x.data(), n, q.data(), dd.data(), ss.data(), sum.data());
     EXPECT_EQ(q, q_ref) << d::isa_name(isa);
     EXPECT_EQ(sum, sum_ref) << d::isa_name(isa);
     EXPECT_EQ(dd, d_ref) << d::isa_name(isa);
