@@ -20,10 +20,14 @@
 #include "model/loaded_model.hpp"
 #include "model/matmul.hpp"
 #include "model/paged_attention.hpp"
+#include "model/result.hpp"
 
 namespace {
 
 using namespace troupe::model;
+using troupe::make_error;
+using troupe::result;
+using troupe::status;
 
 struct bench_options {
   std::string model = default_model_path();
@@ -170,8 +174,16 @@ struct troupe_figures {
   }
 };
 
+// The first request's error among a run's outputs, if any (a figure measured over failed
+// requests means nothing).
+status first_error(const std::vector<generation_output>& outs, const std::string& what) {
+  for (const auto& out : outs)
+    if (!out.error.empty()) return make_error(what + ": " + out.error);
+  return {};
+}
+
 // One batched-decode run: aggregate decode tokens/s; `peak` keeps the fullest KV use seen.
-double batched_decode(backend& be, const bench_options& o, int b, kv_usage& peak) {
+result<double> batched_decode(backend& be, const bench_options& o, int b, kv_usage& peak) {
   batch_generator gen(be, 2048);
   std::vector<generation_request> reqs;
   for (int i = 0; i < b; ++i) {
@@ -181,13 +193,13 @@ double batched_decode(backend& be, const bench_options& o, int b, kv_usage& peak
     reqs.push_back(req);
   }
   generation_stats st;
-  gen.run(reqs, &st);
+  if (auto e = first_error(gen.run(reqs, &st), "batch " + std::to_string(b)); !e) return make_error(e.error());
   if (st.peak_kv.blocks_used > peak.blocks_used) peak = st.peak_kv;
   // The first token of each sequence comes from prefill; the decode phase makes the rest.
   return static_cast<double>(st.generated_tokens - b) / st.decode_seconds;
 }
 
-troupe_figures measure_troupe(backend& be, const bench_options& o, matmul_order order, bool kv_q8) {
+result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmul_order order, bool kv_q8) {
   const auto& hp = be.params();
   troupe_figures f;
   f.order = order;
@@ -203,7 +215,7 @@ troupe_figures measure_troupe(backend& be, const bench_options& o, matmul_order 
     req.prompt = random_prompt(o.prefill_tokens, hp.n_vocab, 1 + static_cast<uint32_t>(r));
     req.max_tokens = 1;
     generation_stats st;
-    gen.run({req}, &st);
+    if (auto e = first_error(gen.run({req}, &st), "prefill"); !e) return make_error(e.error());
     f.pp.push_back(st.prompt_tokens / st.prefill_seconds);
     std::fprintf(stderr, "  %s: prefill run %d: %.1f tokens/s\n", name, r + 1, f.pp.back());
   }
@@ -214,7 +226,7 @@ troupe_figures measure_troupe(backend& be, const bench_options& o, matmul_order 
     req.prompt = random_prompt(16, hp.n_vocab, 100 + static_cast<uint32_t>(r));
     req.max_tokens = o.decode_tokens + 1;
     generation_stats st;
-    gen.run({req}, &st);
+    if (auto e = first_error(gen.run({req}, &st), "decode"); !e) return make_error(e.error());
     f.tg.push_back(static_cast<double>(st.decode_steps) / st.decode_seconds);
     std::fprintf(stderr, "  %s: decode run %d: %.1f tokens/s\n", name, r + 1, f.tg.back());
   }
@@ -227,7 +239,9 @@ troupe_figures measure_troupe(backend& be, const bench_options& o, matmul_order 
     double b1 = 0;
     for (size_t i = 0; i < o.batches.size(); ++i) {
       const int b = o.batches[i];
-      runs[i].push_back(batched_decode(be, o, b, f.peak));
+      auto tps = batched_decode(be, o, b, f.peak);
+      if (!tps) return make_error(tps.error());
+      runs[i].push_back(tps.value());
       std::fprintf(stderr, "  %s: round %d, batch %d: %.1f tokens/s aggregate decode\n", name, r + 1, b, runs[i].back());
       if (b == 1) b1 = runs[i].back();
     }
@@ -250,6 +264,16 @@ int run_bench_engine(const bench_options& o) {
   const auto& hp = lm.value()->weights->params();
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int max_b = *std::max_element(o.batches.begin(), o.batches.end());
+  // Every test's sequence must fit the model's context (the single-sequence decode test's prompt
+  // is 16 tokens).
+  for (auto [what, n] : {std::pair<const char*, int64_t>{"--prefill-tokens", o.prefill_tokens},
+                         {"16 + --decode-tokens", 16 + int64_t{o.decode_tokens}},
+                         {"--batch-prompt + --batch-gen", int64_t{o.batch_prompt} + o.batch_gen}})
+    if (n > hp.n_ctx_train) {
+      std::fprintf(stderr, "troupe bench engine: %s is %lld tokens, more than the model's context of %d\n", what,
+                   static_cast<long long>(n), hp.n_ctx_train);
+      return 1;
+    }
   std::vector<matmul_order> orders;
   if (o.matmul == "both") {
     orders = {matmul_order::llama_cpp, matmul_order::fast};
@@ -298,7 +322,12 @@ int run_bench_engine(const bench_options& o) {
     std::fprintf(stderr, "model %s: %d layers, %d embd, %d vocab; %d threads; matmul path %s, %s order%s\n",
                  lm.value()->id.c_str(), hp.n_layer, hp.n_embd, hp.n_vocab, threads, matmul_isa(), matmul_order_name(order),
                  kv_q8 ? ", q8 K/V" : "");
-    runs.push_back(measure_troupe(*be.value(), o, order, kv_q8));
+    auto figures = measure_troupe(*be.value(), o, order, kv_q8);
+    if (!figures) {
+      std::fprintf(stderr, "troupe bench engine: %s\n", figures.error().c_str());
+      return 1;
+    }
+    runs.push_back(std::move(figures.value()));
   }
   const long rss = peak_rss_kib();
   auto llama = run_llama(o, threads);
@@ -357,18 +386,18 @@ troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, b
                                  [](CLI::App& sub) {
                                    auto o = std::make_shared<bench_options>();
                                    sub.add_option("--model,-m", o->model, "GGUF model file")->capture_default_str();
-                                   sub.add_option("--threads", o->threads, "Threads (0 = all cores)");
+                                   sub.add_option("--threads", o->threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
                                    sub.add_option("--matmul", o->matmul, "Quantized matmul order: both (each in the same run), llama.cpp (bit-exact) or fast")->capture_default_str();
                                    sub.add_option("--llama-bin", o->llama_bin, "Folder with llama-bench and llama-batched-bench")
                                        ->capture_default_str();
-                                   sub.add_option("--batches", o->batches, "Batch sizes for aggregate decode")->delimiter(',')->capture_default_str();
-                                   sub.add_option("--repeats", o->repeats, "Repetitions of the single-sequence tests")->capture_default_str();
-                                   sub.add_option("--batch-repeats", o->batch_repeats, "Rounds of the batched tests, each batch size once per round (medians)")->capture_default_str();
-                                   sub.add_option("--block-size", o->block_size, "KV block size in tokens")->capture_default_str();
-                                   sub.add_option("--prefill-tokens", o->prefill_tokens, "Prompt length for the prefill test")->capture_default_str();
-                                   sub.add_option("--decode-tokens", o->decode_tokens, "Tokens for the decode test")->capture_default_str();
-                                   sub.add_option("--batch-prompt", o->batch_prompt, "Prompt tokens per sequence in batched decode")->capture_default_str();
-                                   sub.add_option("--batch-gen", o->batch_gen, "Generated tokens per sequence in batched decode")->capture_default_str();
+                                   sub.add_option("--batches", o->batches, "Batch sizes for aggregate decode")->delimiter(',')->check(CLI::Range(1, 1 << 20))->capture_default_str();
+                                   sub.add_option("--repeats", o->repeats, "Repetitions of the single-sequence tests")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+                                   sub.add_option("--batch-repeats", o->batch_repeats, "Rounds of the batched tests, each batch size once per round (medians)")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+                                   sub.add_option("--block-size", o->block_size, "KV block size in tokens")->check(CLI::Range(1, 1024))->capture_default_str();
+                                   sub.add_option("--prefill-tokens", o->prefill_tokens, "Prompt length for the prefill test")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+                                   sub.add_option("--decode-tokens", o->decode_tokens, "Tokens for the decode test")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+                                   sub.add_option("--batch-prompt", o->batch_prompt, "Prompt tokens per sequence in batched decode")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+                                   sub.add_option("--batch-gen", o->batch_gen, "Generated tokens per sequence in batched decode (the first comes from prefill)")->check(CLI::Range(2, 1 << 20))->capture_default_str();
                                    sub.add_option("--kv", o->kv, "K/V memory: f16, q8 or both (q8 once, in the fast order when it runs)")->capture_default_str();
                                    sub.add_flag("--skip-llama", o->skip_llama, "Do not run llama.cpp");
                                    return [o]() { return run_bench_engine(*o); };
