@@ -95,20 +95,12 @@ step_result executor_state::run(const step_plan& plan) {
       recent.push_back(fed_last[i]);
       window = &recent;
     }
-    const auto& p = e.sampling;
-    const bool plain_greedy = p.temperature <= 0.0f && p.n_logprobs == 0 && !e.logprob &&
-                              p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f;
-    if (plain_greedy) {
-      // What sample_token would pick (the first maximum), without the log-softmax over the
-      // whole vocabulary that only the logprob needs: that costs more than the rest of a
-      // decode step's bookkeeping together.
-      t.token = static_cast<int32_t>(model::argmax(logits, n_vocab));
-    } else {
-      auto s = model::sample_token(logits, n_vocab, p, *window, e.n_generated);
-      t.token = s.token;
-      t.logprob = s.logprob;
-      t.top = std::move(s.top);
-    }
+    // Plain greedy without a logprob asked skips the log-softmax over the whole vocabulary,
+    // which costs more than the rest of a decode step's bookkeeping together.
+    auto s = model::sample_token(logits, n_vocab, e.sampling, *window, e.n_generated, e.logprob);
+    t.token = s.token;
+    if (e.logprob || !e.sampling.plain_greedy()) t.logprob = s.logprob;
+    t.top = std::move(s.top);
     last_sample_[e.seq_id] = t.token;
     res.samples.push_back(std::move(t));
   }

@@ -72,7 +72,7 @@ std::vector<generation_output> batch_generator::run(const std::vector<generation
     const auto& r = reqs[s.index];
     auto& o = out[s.index];
     if (keep_logits) o.logits.emplace_back(logits, logits + be_.params().n_vocab);
-    auto res = sample_token(logits, be_.params().n_vocab, r.sampling, s.all, static_cast<int64_t>(o.tokens.size()));
+    auto res = sample_token(logits, be_.params().n_vocab, r.sampling, s.all, static_cast<int64_t>(o.tokens.size()), r.logprobs);
     if (std::find(r.stop_ids.begin(), r.stop_ids.end(), res.token) != r.stop_ids.end()) {
       finish(s, "stop");
       return;

@@ -20,6 +20,8 @@ struct generation_request {
   sampling_params sampling;
   int32_t max_tokens = 32;
   std::vector<int32_t> stop_ids;       // end-of-generation tokens (not emitted)
+  bool logprobs = false;               // each chosen token's logprob in samples (plain greedy
+                                       // sampling leaves them NaN otherwise, as serving does)
 };
 
 struct generation_output {

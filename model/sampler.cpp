@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 
@@ -45,7 +46,13 @@ status sampling_params::validate() const {
 }
 
 sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_params& p,
-                           const std::vector<int32_t>& recent, int64_t n_generated) {
+                           const std::vector<int32_t>& recent, int64_t n_generated, bool want_logprob) {
+  if (!want_logprob && p.plain_greedy()) {
+    sample_result r;
+    r.token = static_cast<int32_t>(argmax(logits, n_vocab));  // the first maximum, as below
+    r.logprob = std::numeric_limits<float>::quiet_NaN();
+    return r;
+  }
   // Penalties change a per-thread copy of the logits, reused from call to call (at batch 16 this
   // runs for 16 x n_vocab values every step); without them the logits are read in place.
   thread_local std::vector<float> copy, e;

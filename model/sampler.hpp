@@ -26,6 +26,12 @@ struct sampling_params {
 
   // Names the first parameter out of range, if any.
   status validate() const;
+  // Greedy with no penalties and no alternatives asked: the token is the logits' first maximum,
+  // which needs none of the log-softmax over the vocabulary that a logprob does.
+  bool plain_greedy() const {
+    return temperature <= 0.0f && n_logprobs == 0 && repetition_penalty == 1.0f && frequency_penalty == 0.0f &&
+           presence_penalty == 0.0f;
+  }
 };
 
 struct token_logprob {
@@ -35,13 +41,16 @@ struct token_logprob {
 
 struct sample_result {
   int32_t token = -1;
-  float logprob = 0.0f;                 // log-probability of the chosen token (after penalties)
+  float logprob = 0.0f;                 // log-probability of the chosen token (after penalties);
+                                        // NaN when not asked for and not needed (see sample_token)
   std::vector<token_logprob> top;       // n_logprobs most likely alternatives
 };
 
 // `recent` holds the sequence's previous tokens (the last penalty_last_n are used);
 // `n_generated` is how many tokens this request has sampled before (selects the random draw).
+// Without want_logprob, plain greedy sampling (sampling_params::plain_greedy) only finds the
+// maximum and leaves the logprob NaN; every other kind computes it anyway.
 sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_params& p,
-                           const std::vector<int32_t>& recent, int64_t n_generated);
+                           const std::vector<int32_t>& recent, int64_t n_generated, bool want_logprob = true);
 
 }  // namespace troupe::model

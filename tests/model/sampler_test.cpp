@@ -24,6 +24,29 @@ TEST(Sampler, GreedyPicksTheArgmaxAndReportsItsLogprob) {
   EXPECT_EQ(r.top[1].token, 3);
 }
 
+// Without a logprob asked, plain greedy sampling finds the same first maximum and skips the
+// log-softmax (logprob NaN); anything else still computes the logprob.
+TEST(Sampler, PlainGreedyWithoutALogprobSkipsTheSoftmax) {
+  auto l = logits_of({0.1f, 2.0f, 1.0f, 2.0f});
+  sampling_params p;
+  ASSERT_TRUE(p.plain_greedy());
+  const auto with = sample_token(l.data(), 4, p, {}, 0, true);
+  const auto without = sample_token(l.data(), 4, p, {}, 0, false);
+  EXPECT_EQ(without.token, 1);
+  EXPECT_EQ(without.token, with.token);
+  EXPECT_TRUE(std::isnan(without.logprob));
+  EXPECT_FALSE(std::isnan(with.logprob));
+  for (auto change : {+[](sampling_params& q) { q.temperature = 0.5f; }, +[](sampling_params& q) { q.n_logprobs = 1; },
+                      +[](sampling_params& q) { q.repetition_penalty = 1.1f; },
+                      +[](sampling_params& q) { q.frequency_penalty = 0.5f; },
+                      +[](sampling_params& q) { q.presence_penalty = 0.5f; }}) {
+    sampling_params q;
+    change(q);
+    EXPECT_FALSE(q.plain_greedy());
+    EXPECT_FALSE(std::isnan(sample_token(l.data(), 4, q, {1}, 0, false).logprob));
+  }
+}
+
 TEST(Sampler, SameSeedSameDrawsDifferentSeedDifferentDraws) {
   std::vector<float> l(100);
   for (int i = 0; i < 100; ++i) l[static_cast<size_t>(i)] = static_cast<float>(i % 7) * 0.3f;
