@@ -21,6 +21,7 @@
 #include "model/matmul.hpp"
 #include "model/paged_attention.hpp"
 #include "model/result.hpp"
+#include "model/step_profile.hpp"
 
 namespace {
 
@@ -165,6 +166,14 @@ struct troupe_figures {
   std::vector<std::pair<int, double>> agg;  // batch size, aggregate decode tokens/s
   std::vector<std::pair<int, std::vector<double>>> to_b1;  // batch size, each round's ratio to batch 1
   kv_usage peak;
+  // The last round's decode steps at batch 1 and at 16 (else the largest batch), phase by phase,
+  // and their mean wall time (forward plus sampling and bookkeeping).
+  struct profiled_batch {
+    int batch = 0;
+    step_profile profile;
+    double step_seconds = 0;
+  };
+  std::vector<profiled_batch> profiles;
   size_t kv_bytes_per_token = 0;
   int32_t block_size = 0;
   double at(int b) const {
@@ -183,7 +192,8 @@ status first_error(const std::vector<generation_output>& outs, const std::string
 }
 
 // One batched-decode run: aggregate decode tokens/s; `peak` keeps the fullest KV use seen.
-result<double> batched_decode(backend& be, const bench_options& o, int b, kv_usage& peak) {
+result<double> batched_decode(backend& be, const bench_options& o, int b, kv_usage& peak,
+                              double* step_seconds = nullptr) {
   batch_generator gen(be, 2048);
   std::vector<generation_request> reqs;
   for (int i = 0; i < b; ++i) {
@@ -195,6 +205,7 @@ result<double> batched_decode(backend& be, const bench_options& o, int b, kv_usa
   generation_stats st;
   if (auto e = first_error(gen.run(reqs, &st), "batch " + std::to_string(b)); !e) return make_error(e.error());
   if (st.peak_kv.blocks_used > peak.blocks_used) peak = st.peak_kv;
+  if (step_seconds) *step_seconds = st.decode_steps > 0 ? st.decode_seconds / static_cast<double>(st.decode_steps) : 0.0;
   // The first token of each sequence comes from prefill; the decode phase makes the rest.
   return static_cast<double>(st.generated_tokens - b) / st.decode_seconds;
 }
@@ -235,11 +246,24 @@ result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmu
   // batch 1 divide figures measured seconds apart (this machine's speed drifts over minutes);
   // figures and ratios are the medians over the rounds.
   std::vector<std::vector<double>> runs(o.batches.size()), ratios(o.batches.size());
+  const bool has16 = std::find(o.batches.begin(), o.batches.end(), 16) != o.batches.end();
+  const int big = has16 ? 16 : *std::max_element(o.batches.begin(), o.batches.end());
+  auto* cpu = dynamic_cast<cpu_backend*>(&be);
+  for (int b : {1, big})
+    if (cpu && std::find(o.batches.begin(), o.batches.end(), b) != o.batches.end() &&
+        (f.profiles.empty() || f.profiles.back().batch != b))
+      f.profiles.push_back({b, {}, 0.0});
   for (int r = 0; r < std::max(1, o.batch_repeats); ++r) {
     double b1 = 0;
     for (size_t i = 0; i < o.batches.size(); ++i) {
       const int b = o.batches[i];
-      auto tps = batched_decode(be, o, b, f.peak);
+      troupe_figures::profiled_batch* prof = nullptr;
+      if (r + 1 == std::max(1, o.batch_repeats))
+        for (auto& p : f.profiles)
+          if (p.batch == b) prof = &p;
+      if (prof) cpu->set_profile(&prof->profile);
+      auto tps = batched_decode(be, o, b, f.peak, prof ? &prof->step_seconds : nullptr);
+      if (prof) cpu->set_profile(nullptr);
       if (!tps) return make_error(tps.error());
       runs[i].push_back(tps.value());
       std::fprintf(stderr, "  %s: round %d, batch %d: %.1f tokens/s aggregate decode\n", name, r + 1, b, runs[i].back());
@@ -253,6 +277,29 @@ result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmu
     if (!ratios[i].empty()) f.to_b1.emplace_back(o.batches[i], ratios[i]);
   }
   return f;
+}
+
+// A decode step's time by phase (cpu_backend's profile) against its mean wall time.
+void print_profile(const std::string& name, int batch, const step_profile& p, double step_seconds) {
+  if (p.steps == 0 || step_seconds <= 0) return;
+  const double step_ms = step_seconds * 1e3, per = 1e3 / static_cast<double>(p.steps);
+  auto line = [step_ms](const char* what, double ms) {
+    std::printf("  %-40s %7.3f ms  %5.1f%%\n", what, ms, 100.0 * ms / step_ms);
+  };
+  std::printf("\n%s, batch %d: a decode step of %.2f ms (mean of the last round's %lld steps), by phase:\n", name.c_str(),
+              batch, step_ms, static_cast<long long>(p.steps));
+  double matmuls = 0;
+  for (int i = 0; i < step_profile::n_phases; ++i) {
+    const double ms = p.seconds[static_cast<size_t>(i)] * per;
+    if (i == step_profile::qkv || i == step_profile::wo || i == step_profile::gate_up || i == step_profile::down ||
+        i == step_profile::head)
+      matmuls += ms;
+    line(step_profile::names[static_cast<size_t>(i)], ms);
+  }
+  line("sampling, batch setup (outside forward)", step_ms - p.total() * per);
+  const double attention = p.seconds[step_profile::attention] * per;
+  std::printf("  matmuls together %.3f ms (%.1f%%), attention %.3f ms (%.1f%%)\n", matmuls, 100.0 * matmuls / step_ms,
+              attention, 100.0 * attention / step_ms);
 }
 
 int run_bench_engine(const bench_options& o) {
@@ -373,6 +420,8 @@ int run_bench_engine(const bench_options& o) {
       std::printf("%s: batch %d = %.2fx its batch 1 (median of %zu rounds' ratios: %s)\n", r.name().c_str(), b,
                   median(each), each.size(), rounds.c_str());
     }
+  for (const auto& r : runs)
+    for (const auto& pb : r.profiles) print_profile(r.name(), pb.batch, pb.profile, pb.step_seconds);
   std::printf("\npeak RSS: %.1f MiB\n", static_cast<double>(rss) / 1024.0);
   for (const auto& r : runs)
     std::printf("%s: KV bytes per token %zu (%s K and V, %d layers x %d dims); peak KV blocks used: %d of %d (%d tokens/block, %lld slots wasted)\n",

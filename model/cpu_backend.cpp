@@ -167,6 +167,17 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     }
   }
 
+  // Pure decode steps are profiled when asked (prompt chunks would mix another kind of step in).
+  bool decode_only = true;
+  for (const auto& s : b.seqs) decode_only = decode_only && s.tokens.size() == 1;
+  step_profile* prof = profile_ && decode_only ? profile_ : nullptr;
+  phase_timer timer(prof);
+  using ph = step_profile;
+  if (prof) {
+    ++prof->steps;
+    prof->tokens += T;
+  }
+
   grow(x_, T * ne);
   grow(xn_, T * ne);
   grow(q_, T * nq);
@@ -216,13 +227,16 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     const auto& L = layers_[static_cast<size_t>(il)];
     const kv_layer_view kv = layer_view(il);
 
+    timer.lap(ph::other);
     per_token([&](int64_t t) { norm(x_.data() + t * ne, L.attn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
+    timer.lap(ph::norms);
     {
       // Q, K and V read the same input: one activation quantization, one dispatch.
       const weight_view ws[3] = {L.wq, L.wk, L.wv};
       float* const ys[3] = {q_.data(), k_.data(), v_.data()};
       matmul_multi(ws, ys, 3, xn_.data(), T, pool_);
     }
+    timer.lap(ph::qkv);
     if (hp.qkv_bias) {
       for (int64_t t = 0; t < T; ++t) {
         add_inplace(q_.data() + t * nq, L.bq, nq);
@@ -240,6 +254,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
       kv_store(kv, s.block_table.data(), tok_pos[static_cast<size_t>(t)], k_.data() + t * nkv, v_.data() + t * nkv);
     });
 
+    timer.lap(ph::rope_store);
     // Attention: one task per (token, kv head); each reads only its own sequence's blocks.
     const int64_t n_tasks = T * hp.n_head_kv;
     // Tasks are claimed dynamically (a descheduled worker takes none on a busy machine); each
@@ -261,21 +276,29 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
                             group, scale, att_.data() + t * nq, scratch.data(), order);
     });
 
+    timer.lap(ph::attention);
     matmul(L.wo, att_.data(), T, tmp_.data(), pool_);
+    timer.lap(ph::wo);
     add_inplace(x_.data(), tmp_.data(), T * ne);
+    timer.lap(ph::other);
 
     per_token([&](int64_t t) { norm(x_.data() + t * ne, L.ffn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
+    timer.lap(ph::norms);
     {
       const weight_view ws[2] = {L.w_gate, L.w_up};
       float* const ys[2] = {gate_.data(), up_.data()};
       matmul_multi(ws, ys, 2, xn_.data(), T, pool_);
     }
+    timer.lap(ph::gate_up);
     pool_.parallel_for(T, [&](int64_t b0, int64_t b1) {
       silu_mul(gate_.data() + b0 * nff, up_.data() + b0 * nff, (b1 - b0) * nff);
     });
+    timer.lap(ph::swiglu);
     matmul(L.w_down, gate_.data(), T, tmp_.data(), pool_);
+    timer.lap(ph::down);
     add_inplace(x_.data(), tmp_.data(), T * ne);
   }
+  timer.lap(ph::other);
 
   // Output head only for the rows whose logits are wanted (the last token of each sequence).
   const auto n_out = static_cast<int64_t>(logit_rows.size());
@@ -286,6 +309,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
              hp.rms_eps);
   out.data.resize(static_cast<size_t>(n_out) * hp.n_vocab);
   matmul(output_, out_rows_.data(), n_out, out.data.data(), pool_);
+  timer.lap(ph::head);
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include "model/backend.hpp"
 #include "model/paged_attention.hpp"
+#include "model/step_profile.hpp"
 #include "model/thread_pool.hpp"
 
 namespace troupe::model {
@@ -25,6 +26,9 @@ class cpu_backend final : public backend {
   result<batch_logits> forward(const batch& b) override;
 
   thread_pool& pool() { return pool_; }
+  // Times every following pure decode step (one token per sequence) into p, phase by phase;
+  // nullptr stops. p must outlive its use.
+  void set_profile(step_profile* p) { profile_ = p; }
 
  private:
   cpu_backend(std::shared_ptr<llama_model> m, const backend_options& o, int32_t n_blocks);
@@ -46,6 +50,8 @@ class cpu_backend final : public backend {
   std::vector<packed_weights> packed_;
   std::vector<uint8_t> k_cache_, v_cache_;  // [layer][block][kv_head][slot][head_dim] of kv_type_ (K by column: kv_layer_view)
   std::vector<float> k_scale_, v_scale_;    // q8: one per row, [layer][block][kv_head][slot]
+
+  step_profile* profile_ = nullptr;
 
   // Step scratch, grown on demand and reused.
   std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, rope_cos_, rope_sin_, out_rows_;

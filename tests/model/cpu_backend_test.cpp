@@ -320,6 +320,33 @@ TEST(CpuBackend, BatchedSequencesMatchRunsAlone) {
     EXPECT_LT(max_abs_diff(alone[i].data(), r->row(i), alone[i].size()), 1e-3f) << "sequence " << i;
 }
 
+// A profile attached to the backend counts pure decode steps only (prompt chunks would mix
+// another kind of step in), and every phase's time is accounted; detached, it stops counting.
+TEST(CpuBackend, StepProfileTimesDecodeStepsPhaseByPhase) {
+  test::synthetic_options o;
+  o.matrix_type = ggml_type::q4_1;
+  o.embd_type = ggml_type::q8_0;
+  fixture f(o);
+  auto* cpu = dynamic_cast<cpu_backend*>(f.be.get());
+  ASSERT_NE(cpu, nullptr);
+  step_profile prof;
+  cpu->set_profile(&prof);
+  const int n_vocab = f.model->params().n_vocab;
+  auto toks = random_tokens(9, n_vocab, 21);
+  f.run(toks, 4, table_of(2));  // prompt chunks of 4, 4 and 1: only the last is a decode step
+  EXPECT_EQ(prof.steps, 1);
+  EXPECT_EQ(prof.tokens, 1);
+  ASSERT_TRUE(f.be->forward(batch_of({{toks[0]}, {toks[1]}, {toks[2]}})).ok());  // three sequences, one token each
+  EXPECT_EQ(prof.steps, 2);
+  EXPECT_EQ(prof.tokens, 4);
+  for (int i = 0; i < step_profile::n_phases; ++i) EXPECT_GE(prof.seconds[static_cast<size_t>(i)], 0.0) << step_profile::names[static_cast<size_t>(i)];
+  EXPECT_GT(prof.seconds[step_profile::attention], 0.0);
+  EXPECT_GT(prof.seconds[step_profile::head], 0.0);
+  cpu->set_profile(nullptr);
+  ASSERT_TRUE(f.be->forward(batch_of({{toks[3]}})).ok());
+  EXPECT_EQ(prof.steps, 2);
+}
+
 TEST(CpuBackend, BadStepsAreErrorsNamingTheProblem) {
   test::synthetic_options o;
   fixture f(o, 1);
