@@ -310,11 +310,16 @@ int run_bench_engine(const bench_options& o) {
   }
   const auto& hp = lm.value()->weights->params();
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.batches.empty()) {
+    std::fprintf(stderr, "troupe bench engine: --batches names no batch size\n");
+    return 1;
+  }
   const int max_b = *std::max_element(o.batches.begin(), o.batches.end());
   // Every test's sequence must fit the model's context (the single-sequence decode test's prompt
   // is 16 tokens).
-  for (auto [what, n] : {std::pair<const char*, int64_t>{"--prefill-tokens", o.prefill_tokens},
-                         {"16 + --decode-tokens", 16 + int64_t{o.decode_tokens}},
+  // (each prefill run also samples a token; the decode test generates one more than it times)
+  for (auto [what, n] : {std::pair<const char*, int64_t>{"--prefill-tokens + 1", int64_t{o.prefill_tokens} + 1},
+                         {"16 + --decode-tokens + 1", 17 + int64_t{o.decode_tokens}},
                          {"--batch-prompt + --batch-gen", int64_t{o.batch_prompt} + o.batch_gen}})
     if (n > hp.n_ctx_train) {
       std::fprintf(stderr, "troupe bench engine: %s is %lld tokens, more than the model's context of %d\n", what,

@@ -167,9 +167,10 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     }
   }
 
-  // Pure decode steps are profiled when asked (prompt chunks would mix another kind of step in).
+  // Pure decode steps are profiled when asked (prompt chunks would mix another kind of step in):
+  // one token per sequence, past its prompt (where the step says how long that is).
   bool decode_only = true;
-  for (const auto& s : b.seqs) decode_only = decode_only && s.tokens.size() == 1;
+  for (const auto& s : b.seqs) decode_only = decode_only && s.tokens.size() == 1 && s.n_past >= s.n_prompt;
   step_profile* prof = profile_ && decode_only ? profile_ : nullptr;
   phase_timer timer(prof);
   using ph = step_profile;
@@ -236,7 +237,6 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
       float* const ys[3] = {q_.data(), k_.data(), v_.data()};
       matmul_multi(ws, ys, 3, xn_.data(), T, pool_);
     }
-    timer.lap(ph::qkv);
     if (hp.qkv_bias) {
       for (int64_t t = 0; t < T; ++t) {
         add_inplace(q_.data() + t * nq, L.bq, nq);
@@ -244,6 +244,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
         add_inplace(v_.data() + t * nkv, L.bv, nkv);
       }
     }
+    timer.lap(ph::qkv);
     // Each token stores its own slot (no two tokens of a step share a position).
     per_token([&](int64_t t) {
       apply_rope(q_.data() + t * nq, hp.n_head, hd, hp.n_rot, hp.rope, rope_cos_.data() + t * half_rot,

@@ -738,7 +738,8 @@ inline __m512 round_through_fp16(__m512 v) { return _mm512_cvtph_ps(_mm512_cvtps
 
 // Blocks of 32 values to int8 codes with a scale each (max |x| / 127, rounded through fp16), the
 // sum of each half's codes and d * sum. 16 blocks at a time share their reductions (max, sums):
-// the same numbers as one block at a time (quantize_block), in a third of the instructions.
+// the same numbers as one block at a time (quantize_block) for finite inputs, in a third of the
+// instructions (a NaN may or may not win a max, depending on the order of the reduction).
 void quantize_acts(const float* x, int64_t n, int8_t* qs, float* d, float* s, int32_t* sum16) {
   const __m512 sign = _mm512_set1_ps(-0.0f);
   const int64_t nb = n / qk32;

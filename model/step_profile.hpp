@@ -1,7 +1,7 @@
 #pragma once
-// Where a backend's pure decode steps (one token per sequence) spend their time, phase by phase,
-// summed over the steps seen while a profile is attached (cpu_backend::set_profile). For
-// benchmarks: `troupe bench engine` prints it for its largest batch.
+// Where a backend's pure decode steps (one token per sequence, past its prompt) spend their time,
+// phase by phase, summed over the steps seen while a profile is attached
+// (cpu_backend::set_profile). For benchmarks: `troupe bench engine` prints it for batch 1 and 16.
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -11,7 +11,7 @@ namespace troupe::model {
 struct step_profile {
   enum phase { norms, qkv, rope_store, attention, wo, gate_up, swiglu, down, head, other, n_phases };
   static constexpr std::array<const char*, n_phases> names = {
-      "norms", "Q/K/V matmul", "RoPE + K/V store", "attention", "output projection matmul",
+      "norms", "Q/K/V matmul (and biases)", "RoPE + K/V store", "attention", "output projection matmul",
       "gate/up matmul", "SwiGLU", "down matmul", "output head (norm + matmul)", "embeddings, residual adds"};
 
   std::array<double, n_phases> seconds{};

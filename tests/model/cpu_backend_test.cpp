@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -320,8 +321,9 @@ TEST(CpuBackend, BatchedSequencesMatchRunsAlone) {
     EXPECT_LT(max_abs_diff(alone[i].data(), r->row(i), alone[i].size()), 1e-3f) << "sequence " << i;
 }
 
-// A profile attached to the backend counts pure decode steps only (prompt chunks would mix
-// another kind of step in), and every phase's time is accounted; detached, it stops counting.
+// A profile attached to the backend counts pure decode steps only (prompt chunks, even of one
+// token, would mix another kind of step in), and its phases account for the step's time;
+// detached, it stops counting.
 TEST(CpuBackend, StepProfileTimesDecodeStepsPhaseByPhase) {
   test::synthetic_options o;
   o.matrix_type = ggml_type::q4_1;
@@ -331,19 +333,38 @@ TEST(CpuBackend, StepProfileTimesDecodeStepsPhaseByPhase) {
   ASSERT_NE(cpu, nullptr);
   step_profile prof;
   cpu->set_profile(&prof);
-  const int n_vocab = f.model->params().n_vocab;
-  auto toks = random_tokens(9, n_vocab, 21);
-  f.run(toks, 4, table_of(2));  // prompt chunks of 4, 4 and 1: only the last is a decode step
-  EXPECT_EQ(prof.steps, 1);
-  EXPECT_EQ(prof.tokens, 1);
-  ASSERT_TRUE(f.be->forward(batch_of({{toks[0]}, {toks[1]}, {toks[2]}})).ok());  // three sequences, one token each
+  const auto toks = random_tokens(12, f.model->params().n_vocab, 21);
+  // Sequence i: a prompt of 5 tokens in chunks of 4 and 1, then two decode steps with the others.
+  auto step = [&](std::vector<std::pair<int, int>> seq_from_to) {
+    batch b;
+    for (auto [i, from] : seq_from_to) {
+      batch_sequence s;
+      s.seq_id = static_cast<uint64_t>(i);
+      s.n_past = from;
+      s.n_prompt = 5;
+      const int to = from < 4 ? 4 : from + 1;
+      for (int k = from; k < to; ++k) s.tokens.push_back(toks[static_cast<size_t>(k)]);
+      s.block_table = table_of(2, 2 * i);
+      b.seqs.push_back(s);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = f.be->forward(b);
+    EXPECT_TRUE(r.ok()) << r.error();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  step({{0, 0}, {1, 0}, {2, 0}});
+  step({{0, 4}, {1, 4}, {2, 4}});  // the prompts' last token, one per sequence: still prefill
+  EXPECT_EQ(prof.steps, 0);
+  double wall = step({{0, 5}, {1, 5}, {2, 5}});
+  wall += step({{0, 6}, {1, 6}});
   EXPECT_EQ(prof.steps, 2);
-  EXPECT_EQ(prof.tokens, 4);
-  for (int i = 0; i < step_profile::n_phases; ++i) EXPECT_GE(prof.seconds[static_cast<size_t>(i)], 0.0) << step_profile::names[static_cast<size_t>(i)];
-  EXPECT_GT(prof.seconds[step_profile::attention], 0.0);
-  EXPECT_GT(prof.seconds[step_profile::head], 0.0);
+  EXPECT_EQ(prof.tokens, 5);
+  for (auto ph : {step_profile::qkv, step_profile::attention, step_profile::wo, step_profile::gate_up,
+                  step_profile::down, step_profile::head})
+    EXPECT_GT(prof.seconds[ph], 0.0) << step_profile::names[ph];
+  EXPECT_LE(prof.total(), wall);
   cpu->set_profile(nullptr);
-  ASSERT_TRUE(f.be->forward(batch_of({{toks[3]}})).ok());
+  step({{2, 6}});
   EXPECT_EQ(prof.steps, 2);
 }
 
