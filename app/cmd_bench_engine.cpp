@@ -315,9 +315,8 @@ int run_bench_engine(const bench_options& o) {
     return 1;
   }
   const int max_b = *std::max_element(o.batches.begin(), o.batches.end());
-  // Every test's sequence must fit the model's context (the single-sequence decode test's prompt
-  // is 16 tokens).
-  // (each prefill run also samples a token; the decode test generates one more than it times)
+  // Every test's sequence must fit the model's context: each prefill run also samples a token,
+  // and the decode test's prompt is 16 tokens and it generates one more token than it times.
   for (auto [what, n] : {std::pair<const char*, int64_t>{"--prefill-tokens + 1", int64_t{o.prefill_tokens} + 1},
                          {"16 + --decode-tokens + 1", 17 + int64_t{o.decode_tokens}},
                          {"--batch-prompt + --batch-gen", int64_t{o.batch_prompt} + o.batch_gen}})

@@ -169,9 +169,9 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
 
   // Pure decode steps are profiled when asked (prompt chunks would mix another kind of step in):
   // one token per sequence, past its prompt (where the step says how long that is).
-  bool decode_only = true;
-  for (const auto& s : b.seqs) decode_only = decode_only && s.tokens.size() == 1 && s.n_past >= s.n_prompt;
-  step_profile* prof = profile_ && decode_only ? profile_ : nullptr;
+  step_profile* prof = profile_;
+  for (const auto& s : b.seqs)
+    if (prof && (s.tokens.size() != 1 || s.n_past < s.n_prompt)) prof = nullptr;
   phase_timer timer(prof);
   using ph = step_profile;
   if (prof) {
