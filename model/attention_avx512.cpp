@@ -19,6 +19,7 @@
 
 #include "model/detail/attention_avx512.hpp"
 #include "model/detail/avx512_lanes.hpp"
+#include "model/detail/dpbusd_bcast.hpp"
 
 namespace troupe::model::detail {
 
@@ -229,11 +230,7 @@ __attribute__((target("avx512vnni"))) void score_columns_q8(const uint8_t* col, 
     for (int b = 0; b < NB; ++b) {
       const uint8_t* p = col + static_cast<int64_t>(8 * b + g) * bs * 4;
       const __m512i k = n == k_chunk ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi32(mask, p);
-      for (int h = 0; h < NH; ++h) {
-        int32_t q4;
-        std::memcpy(&q4, qq[h].qs + 32 * b + 4 * g, 4);
-        acc[h][b] = _mm512_dpbusd_epi32(acc[h][b], k, _mm512_set1_epi32(q4));
-      }
+      for (int h = 0; h < NH; ++h) acc[h][b] = dpbusd_bcast(acc[h][b], k, qq[h].qs + 32 * b + 4 * g);
     }
   const __m512 kscale = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, ks), _mm512_set1_ps(scale));
   for (int h = 0; h < NH; ++h) {

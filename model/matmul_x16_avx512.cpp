@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "model/detail/dpbusd_bcast.hpp"
 #include "model/detail/matmul_kernels.hpp"
 
 namespace troupe::model::detail {
@@ -125,8 +126,8 @@ void x16_tile(const uint8_t* group, const q8_acts& x, int64_t t, bool fetch, __m
         __m512i hi = _mm512_set1_epi32(-L::kOffset * xsum[j][2 * b + 1]);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
-          lo = _mm512_dpbusd_epi32(lo, q[k], _mm512_set1_epi32(xb[k]));
-          hi = _mm512_dpbusd_epi32(hi, q[k + 4], _mm512_set1_epi32(xb[k + 4]));
+          lo = dpbusd_bcast(lo, q[k], xb + k);
+          hi = dpbusd_bcast(hi, q[k + 4], xb + k + 4);
         }
         acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(d, dx), acc[j]);
         acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(m, dx), acc[j]);
@@ -135,7 +136,7 @@ void x16_tile(const uint8_t* group, const q8_acts& x, int64_t t, bool fetch, __m
       __m512i s = L::kOffset ? _mm512_set1_epi32(-L::kOffset * (xsum[j][2 * b] + xsum[j][2 * b + 1]))
                              : _mm512_setzero_si512();
 #pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, q[k], _mm512_set1_epi32(xb[k]));
+      for (int k = 0; k < 8; ++k) s = dpbusd_bcast(s, q[k], xb + k);
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, dx), acc[j]);
       if constexpr (L::kHasMin) acc[j] = _mm512_fmadd_ps(m, _mm512_set1_ps(xs[j][b]), acc[j]);
     }
