@@ -224,38 +224,64 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     });
   };
 
+  // Work done on each chunk of a matmul's output rows by the thread that computed it (see
+  // row_epilogue), set per layer: biases, RoPE and K/V stores after Q/K/V (chunks of whole heads),
+  // SwiGLU after gate/up, the residual adds after the output projection and down.
+  const layer_weights* L = nullptr;
+  kv_layer_view kv;
+  // Row head h of Q|K|V laid end to end, for token t: its bias, RoPE (Q and K), its K/V store
+  // (each token stores its own slot: no two tokens of a step share a position).
+  auto finish_qkv_head = [&](int64_t h, int64_t t) {
+    const auto& s = b.seqs[static_cast<size_t>(tok_seq[static_cast<size_t>(t)])];
+    const int32_t pos = tok_pos[static_cast<size_t>(t)];
+    const float* cos_t = rope_cos_.data() + t * half_rot;
+    const float* sin_t = rope_sin_.data() + t * half_rot;
+    if (h < hp.n_head) {
+      float* q = q_.data() + t * nq + h * hd;
+      if (hp.qkv_bias) add_inplace(q, L->bq + h * hd, hd);
+      apply_rope(q, 1, hd, hp.n_rot, hp.rope, cos_t, sin_t);
+    } else if (const int64_t g = h - hp.n_head; g < hp.n_head_kv) {
+      float* k = k_.data() + t * nkv + g * hd;
+      if (hp.qkv_bias) add_inplace(k, L->bk + g * hd, hd);
+      apply_rope(k, 1, hd, hp.n_rot, hp.rope, cos_t, sin_t);
+      kv_store_head(kv, s.block_table.data(), pos, static_cast<int>(g), k, nullptr);
+    } else {
+      const int64_t gv = g - hp.n_head_kv;
+      float* v = v_.data() + t * nkv + gv * hd;
+      if (hp.qkv_bias) add_inplace(v, L->bv + gv * hd, hd);
+      kv_store_head(kv, s.block_table.data(), pos, static_cast<int>(gv), nullptr, v);
+    }
+  };
+  const row_epilogue qkv_done{[&](int64_t r0, int64_t r1) {
+                                for (int64_t h = r0 / hd; h < r1 / hd; ++h)
+                                  for (int64_t t = 0; t < T; ++t) finish_qkv_head(h, t);
+                              },
+                              hd, false};
+  const row_epilogue swiglu_done{[&](int64_t r0, int64_t r1) {
+                                   for (int64_t t = 0; t < T; ++t)
+                                     silu_mul(gate_.data() + t * nff + r0, up_.data() + t * nff + r0, r1 - r0);
+                                 },
+                                 16, true};
+  const row_epilogue add_to_x{[&](int64_t r0, int64_t r1) {
+                                for (int64_t t = 0; t < T; ++t)
+                                  add_inplace(x_.data() + t * ne + r0, tmp_.data() + t * ne + r0, r1 - r0);
+                              },
+                              16, false};
+
   for (int il = 0; il < hp.n_layer; ++il) {
-    const auto& L = layers_[static_cast<size_t>(il)];
-    const kv_layer_view kv = layer_view(il);
+    L = &layers_[static_cast<size_t>(il)];
+    kv = layer_view(il);
 
     timer.lap(ph::other);
-    per_token([&](int64_t t) { norm(x_.data() + t * ne, L.attn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
+    per_token([&](int64_t t) { norm(x_.data() + t * ne, L->attn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
     timer.lap(ph::norms);
     {
       // Q, K and V read the same input: one activation quantization, one dispatch.
-      const weight_view ws[3] = {L.wq, L.wk, L.wv};
+      const weight_view ws[3] = {L->wq, L->wk, L->wv};
       float* const ys[3] = {q_.data(), k_.data(), v_.data()};
-      matmul_multi(ws, ys, 3, xn_.data(), T, pool_);
-    }
-    if (hp.qkv_bias) {
-      for (int64_t t = 0; t < T; ++t) {
-        add_inplace(q_.data() + t * nq, L.bq, nq);
-        add_inplace(k_.data() + t * nkv, L.bk, nkv);
-        add_inplace(v_.data() + t * nkv, L.bv, nkv);
-      }
+      matmul_multi(ws, ys, 3, xn_.data(), T, pool_, &qkv_done);
     }
     timer.lap(ph::qkv);
-    // Each token stores its own slot (no two tokens of a step share a position).
-    per_token([&](int64_t t) {
-      apply_rope(q_.data() + t * nq, hp.n_head, hd, hp.n_rot, hp.rope, rope_cos_.data() + t * half_rot,
-                 rope_sin_.data() + t * half_rot);
-      apply_rope(k_.data() + t * nkv, hp.n_head_kv, hd, hp.n_rot, hp.rope, rope_cos_.data() + t * half_rot,
-                 rope_sin_.data() + t * half_rot);
-      const auto& s = b.seqs[static_cast<size_t>(tok_seq[static_cast<size_t>(t)])];
-      kv_store(kv, s.block_table.data(), tok_pos[static_cast<size_t>(t)], k_.data() + t * nkv, v_.data() + t * nkv);
-    });
-
-    timer.lap(ph::rope_store);
     // Attention: one task per (token, kv head); each reads only its own sequence's blocks.
     const int64_t n_tasks = T * hp.n_head_kv;
     // Tasks are claimed dynamically (a descheduled worker takes none on a busy machine); each
@@ -278,26 +304,19 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     });
 
     timer.lap(ph::attention);
-    matmul(L.wo, att_.data(), T, tmp_.data(), pool_);
+    matmul(L->wo, att_.data(), T, tmp_.data(), pool_, &add_to_x);
     timer.lap(ph::wo);
-    add_inplace(x_.data(), tmp_.data(), T * ne);
-    timer.lap(ph::other);
 
-    per_token([&](int64_t t) { norm(x_.data() + t * ne, L.ffn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
+    per_token([&](int64_t t) { norm(x_.data() + t * ne, L->ffn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
     timer.lap(ph::norms);
     {
-      const weight_view ws[2] = {L.w_gate, L.w_up};
+      const weight_view ws[2] = {L->w_gate, L->w_up};
       float* const ys[2] = {gate_.data(), up_.data()};
-      matmul_multi(ws, ys, 2, xn_.data(), T, pool_);
+      matmul_multi(ws, ys, 2, xn_.data(), T, pool_, &swiglu_done);
     }
     timer.lap(ph::gate_up);
-    pool_.parallel_for(T, [&](int64_t b0, int64_t b1) {
-      silu_mul(gate_.data() + b0 * nff, up_.data() + b0 * nff, (b1 - b0) * nff);
-    });
-    timer.lap(ph::swiglu);
-    matmul(L.w_down, gate_.data(), T, tmp_.data(), pool_);
+    matmul(L->w_down, gate_.data(), T, tmp_.data(), pool_, &add_to_x);
     timer.lap(ph::down);
-    add_inplace(x_.data(), tmp_.data(), T * ne);
   }
   timer.lap(ph::other);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "model/detail/matmul_kernels.hpp"
@@ -257,7 +258,7 @@ void matmul_with_isa(isa_kind isa, const weight_view& w, const float* x, int64_t
 }
 
 void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys, int n_mat,
-                           const float* x, int64_t n_tok, thread_pool& pool) {
+                           const float* x, int64_t n_tok, thread_pool& pool, const row_epilogue* then) {
   if (n_tok <= 0 || n_mat <= 0) return;
   if (!isa_supported(isa)) isa = isa_kind::scalar;
   const isa_kernels* kernels = kernels_for(isa);
@@ -276,18 +277,24 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
   const x16_kernels* x16 = isa == isa_kind::avx512vnni ? &avx512vnni_x16_kernels() : nullptr;
   constexpr int k_max_jobs = 8;
   job jobs[k_max_jobs];
-  if (n_mat > k_max_jobs) {  // not a hot-path shape: split and recurse
+  if (n_mat > k_max_jobs) {  // not a hot-path shape: split and recurse, then the epilogue on all rows
     matmul_multi_with_isa(isa, ws, ys, k_max_jobs, x, n_tok, pool);
     matmul_multi_with_isa(isa, ws + k_max_jobs, ys + k_max_jobs, n_mat - k_max_jobs, x, n_tok, pool);
+    if (then) {
+      int64_t rows = 0;
+      for (int i = 0; i < n_mat; ++i) rows = then->shared_rows ? std::max(rows, ws[i].n_out) : rows + ws[i].n_out;
+      then->fn(0, rows);
+    }
     return;
   }
+  const bool shared = then && then->shared_rows;
   int64_t total_rows = 0;
   bool need_acts = false;
   for (int i = 0; i < n_mat; ++i) {
     const weight_view& w = ws[i];
     job& j = jobs[i];
     j = job{kernel_weights{static_cast<const uint8_t*>(w.data), w.row_stride, w.n_in}, w.type, w.n_out,
-            total_rows, nullptr, nullptr, ys[i]};
+            shared ? 0 : total_rows, nullptr, nullptr, ys[i]};
     if (kernels) {
       j.fk = float_kernel_for(*kernels, w.type);
       j.qk = j.fk ? nullptr : q8_kernel_for(*kernels, w.type);
@@ -297,7 +304,7 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
       j.qk = q8_kernel_for(*x16, w.type);
     }
     need_acts |= j.qk != nullptr;
-    total_rows += w.n_out;
+    total_rows = shared ? std::max(total_rows, w.n_out) : total_rows + w.n_out;
   }
   if (total_rows == 0) return;
   const int nth = total_rows * n_in * n_tok >= k_min_parallel_macs ? pool.size() : 1;
@@ -345,7 +352,8 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     chunk = std::max<int64_t>(4, k_act_chunk_bytes / (acts.qs_stride + 8 * acts.nb_pad) / 4 * 4);
   }
 
-  // Rows [r0, r1) of the concatenation: each matrix's overlap, computed by its kernel.
+  // Rows [r0, r1) of the concatenation (shared_rows: of every matrix): each matrix's overlap,
+  // computed by its kernel, then the epilogue.
   auto compute = [&](int64_t r0, int64_t r1) {
     for (int i = 0; i < n_mat; ++i) {
       const job& j = jobs[i];
@@ -362,6 +370,7 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
         scalar_kernel(j.type, j.kw, x, a, b, 0, n_tok, j.y, j.n_out);
       }
     }
+    if (then) then->fn(r0, r1);
   };
   if (nth == 1) {
     compute(0, total_rows);
@@ -370,10 +379,12 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
   // Chunks of rows handed out dynamically (see thread_pool::run_chunks), a multiple of 16 rows
   // each so that no two threads write the same 64-byte line of an output row.
   const int64_t target = k_chunks_per_thread * nth;
+  // Multiples of 16 rows, so that no two threads write the same 64-byte line of an output row.
+  const int64_t align = then ? std::lcm<int64_t>(16, std::max<int64_t>(1, then->align)) : 16;
   struct split {
     int64_t rows_per_chunk, total_rows;
     decltype(compute)* fn;
-  } sp{((total_rows + target - 1) / target + 15) / 16 * 16, total_rows, &compute};
+  } sp{((total_rows + target - 1) / target + align - 1) / align * align, total_rows, &compute};
   const int64_t n_chunks = (total_rows + sp.rows_per_chunk - 1) / sp.rows_per_chunk;
   // Captures one pointer, so the std::function stores it inline (no allocation).
   pool.run_chunks(n_chunks, [&sp](int64_t c) {
@@ -403,13 +414,14 @@ std::optional<matmul_order> parse_matmul_order(std::string_view name) {
   return std::nullopt;
 }
 
-void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, thread_pool& pool) {
-  detail::matmul_multi_with_isa(detail::best_isa(), &w, &y, 1, x, n_tok, pool);
+void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, thread_pool& pool,
+            const row_epilogue* then) {
+  detail::matmul_multi_with_isa(detail::best_isa(), &w, &y, 1, x, n_tok, pool, then);
 }
 
 void matmul_multi(const weight_view* ws, float* const* ys, int n, const float* x, int64_t n_tok,
-                  thread_pool& pool) {
-  detail::matmul_multi_with_isa(detail::best_isa(), ws, ys, n, x, n_tok, pool);
+                  thread_pool& pool, const row_epilogue* then) {
+  detail::matmul_multi_with_isa(detail::best_isa(), ws, ys, n, x, n_tok, pool, then);
 }
 
 void matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float* y) {

@@ -3,6 +3,7 @@
 // the CPU backend. Each weight row is read once per call for all tokens of the batch.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -43,17 +44,31 @@ struct packed_weights {
 };
 packed_weights pack_weights(const weight_view& w);
 
-// Y[t * n_out + o] = sum_i X[t * n_in + i] * W[o][i], for t < n_tok.
+// Work on a chunk of output rows as soon as they are computed, by the thread that computed them
+// and before the call returns (biases, RoPE and K/V stores, SwiGLU, residual adds): no second
+// pass over the outputs and no hand-off of its own. fn(r0, r1) may read and write the outputs'
+// rows [r0, r1) of every token, and nothing else of them.
+struct row_epilogue {
+  // Rows of the matrices' outputs laid end to end; with shared_rows (matrices of equal n_out),
+  // rows of each matrix, a chunk covering the same rows of all of them (gate and up).
+  std::function<void(int64_t r0, int64_t r1)> fn;
+  // Chunk boundaries fall on multiples of this (a head's rows for RoPE; at least 16).
+  int64_t align = 16;
+  bool shared_rows = false;
+};
+
+// Y[t * n_out + o] = sum_i X[t * n_in + i] * W[o][i], for t < n_tok, then the epilogue if any.
 // Activations are quantized to 8 bits per block where the weight type's fast path works that
 // way (all block-quantized types); F32/F16/BF16 weights use float FMA.
-void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, thread_pool& pool);
+void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, thread_pool& pool,
+            const row_epilogue* then = nullptr);
 
 // matmul() for n matrices that read the same input (Q, K and V; gate and up): ys[i] receives
 // ws[i]'s output. The activations are quantized once and all rows of all matrices are shared
 // out in a single dispatch, which saves a hand-off and a quantization per extra matrix. Every
 // ws[i].n_in must be equal.
 void matmul_multi(const weight_view* ws, float* const* ys, int n, const float* x, int64_t n_tok,
-                  thread_pool& pool);
+                  thread_pool& pool, const row_epilogue* then = nullptr);
 
 // Same contract, scalar and unthreaded: the reference the tests compare against.
 void matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float* y);

@@ -77,21 +77,21 @@ struct q8_elems {
   }
 };
 
+// One KV head's K row and/or V row (either may be null) of the token at `pos`.
 template <class E>
-void store_t(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, const float* k, const float* v) {
+void store_head_t(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, int h, const float* kh,
+                  const float* vh) {
   const int32_t block = block_table[pos / kv.block_size];
   const int slot = pos % kv.block_size;
   auto* K = static_cast<typename E::type*>(kv.k);
   auto* V = static_cast<typename E::type*>(kv.v);
-  const bool by_column = kv.k_by_column && !std::is_same_v<E, f32_elems>;
-  thread_local std::vector<typename E::type> staged;
-  if (by_column) staged.resize(static_cast<size_t>(kv.head_dim));
-  for (int h = 0; h < kv.n_kv_heads; ++h) {
-    const int64_t off = kv.offset(block, h, slot);
-    const int64_t row = off / kv.head_dim;  // q8: the row's scale
-    const float* kh = k + static_cast<int64_t>(h) * kv.head_dim;
+  const int64_t off = kv.offset(block, h, slot);
+  const int64_t row = off / kv.head_dim;  // q8: the row's scale
+  if (kh) {
     float* ks = kv.k_scale ? kv.k_scale + row : nullptr;
-    if (by_column) {  // the row as it would be stored, then each value into its column (kv.k_index)
+    if (kv.k_by_column && !std::is_same_v<E, f32_elems>) {  // the row as it would be stored, then each value into its column (kv.k_index)
+      thread_local std::vector<typename E::type> staged;
+      staged.resize(static_cast<size_t>(kv.head_dim));
       E::store(staged.data(), kh, kv.head_dim, ks);
       const int64_t region = kv.offset(block, h, 0);
       if constexpr (std::is_same_v<E, q8_elems>) {  // 4 values side by side, + 128
@@ -106,8 +106,8 @@ void store_t(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, c
     } else {
       E::store(K + off, kh, kv.head_dim, ks);
     }
-    E::store(V + off, v + static_cast<int64_t>(h) * kv.head_dim, kv.head_dim, kv.v_scale ? kv.v_scale + row : nullptr);
   }
+  if (vh) E::store(V + off, vh, kv.head_dim, kv.v_scale ? kv.v_scale + row : nullptr);
 }
 
 // 16 lane values summed as AVX-512's horizontal add does: upper 8 + lower 8, then 4 + 4, then
@@ -325,10 +325,16 @@ bool kv_k_by_column(kv_dtype dtype, int head_dim, bool fast_order) {
   return dtype == kv_dtype::f16 && fast_order && fast_kernel_fits(head_dim);
 }
 
+void kv_store_head(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, int kv_head, const float* k,
+                   const float* v) {
+  if (kv.dtype == kv_dtype::f16) store_head_t<f16_elems>(kv, block_table, pos, kv_head, k, v);
+  else if (kv.dtype == kv_dtype::q8) store_head_t<q8_elems>(kv, block_table, pos, kv_head, k, v);
+  else store_head_t<f32_elems>(kv, block_table, pos, kv_head, k, v);
+}
+
 void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, const float* k, const float* v) {
-  if (kv.dtype == kv_dtype::f16) store_t<f16_elems>(kv, block_table, pos, k, v);
-  else if (kv.dtype == kv_dtype::q8) store_t<q8_elems>(kv, block_table, pos, k, v);
-  else store_t<f32_elems>(kv, block_table, pos, k, v);
+  for (int h = 0; h < kv.n_kv_heads; ++h)
+    kv_store_head(kv, block_table, pos, h, k + static_cast<int64_t>(h) * kv.head_dim, v + static_cast<int64_t>(h) * kv.head_dim);
 }
 
 void paged_attention_group(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,

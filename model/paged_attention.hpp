@@ -55,6 +55,10 @@ bool kv_k_by_column(kv_dtype dtype, int head_dim, bool fast_order);
 
 // Stores one token's K and V (n_kv_heads * head_dim floats each) at position `pos`.
 void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, const float* k, const float* v);
+// Stores one KV head's K row and/or V row (head_dim floats; either may be null) of the token at
+// `pos`: the same bytes kv_store writes for that head.
+void kv_store_head(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, int kv_head, const float* k,
+                   const float* v);
 
 // Which llama.cpp kernel's summation order the weighted sum of V follows (ggml's CPU backend
 // runs tinyBLAS for a KQV product over >= 2 query tokens, ggml_vec_dot_f32 for one).

@@ -9,10 +9,11 @@
 namespace troupe::model {
 
 struct step_profile {
-  enum phase { norms, qkv, rope_store, attention, wo, gate_up, swiglu, down, head, other, n_phases };
+  // The work on each matmul's output rows (row_epilogue) counts with its matmul.
+  enum phase { norms, qkv, attention, wo, gate_up, down, head, other, n_phases };
   static constexpr std::array<const char*, n_phases> names = {
-      "norms", "Q/K/V matmul (and biases)", "RoPE + K/V store", "attention", "output projection matmul",
-      "gate/up matmul", "SwiGLU", "down matmul", "output head (norm + matmul)", "embeddings, residual adds"};
+      "norms", "Q/K/V matmul + biases, RoPE, K/V stores", "attention", "output projection matmul + residual add",
+      "gate/up matmul + SwiGLU", "down matmul + residual add", "output head (norm + matmul)", "embeddings"};
 
   std::array<double, n_phases> seconds{};
   int64_t steps = 0;

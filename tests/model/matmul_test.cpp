@@ -1,6 +1,7 @@
 #include "model/matmul.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -475,3 +476,107 @@ TEST(Matmul, OnlyBlockTypesWithFastKernelsArePacked) {
     EXPECT_FALSE(pack_weights(m.view())) << type_name(static_cast<uint32_t>(type));
   }
 }
+
+namespace {
+
+// Runs an epilogue on a matmul_multi call with two threads and checks its contract: every row
+// visited once, chunks on the asked alignment (or the end), the chunk's outputs final when it
+// runs, and the outputs as without it.
+void check_epilogue(const weight_view* ws, int n, int64_t n_tok, bool shared, int64_t align) {
+  thread_pool pool(2);
+  const int64_t n_in = ws[0].n_in;
+  const auto x = activations(n_tok, n_in, 31);
+  std::vector<std::vector<float>> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+  std::vector<float*> ys;
+  int64_t rows = 0;
+  for (int i = 0; i < n; ++i) {
+    want[static_cast<size_t>(i)].resize(static_cast<size_t>(n_tok * ws[i].n_out));
+    got[static_cast<size_t>(i)].assign(want[static_cast<size_t>(i)].size(), -1.0f);
+    matmul(ws[i], x.data(), n_tok, want[static_cast<size_t>(i)].data(), pool);
+    ys.push_back(got[static_cast<size_t>(i)].data());
+    rows = shared ? std::max(rows, ws[i].n_out) : rows + ws[i].n_out;
+  }
+  // Row r of the epilogue's space: (matrix, row in it) for each matrix it names.
+  auto targets = [&](int64_t r) {
+    std::vector<std::pair<int, int64_t>> out;
+    int64_t first = 0;
+    for (int i = 0; i < n; ++i) {
+      if (shared) out.emplace_back(i, r);
+      else if (r >= first && r < first + ws[i].n_out) out.emplace_back(i, r - first);
+      first += ws[i].n_out;
+    }
+    return out;
+  };
+  std::vector<std::atomic<int>> visits(static_cast<size_t>(rows));
+  std::atomic<int> chunks{0}, misaligned{0}, not_final{0};
+  const row_epilogue then{[&](int64_t r0, int64_t r1) {
+                            ++chunks;
+                            if (r0 % align != 0 || (r1 % align != 0 && r1 != rows)) ++misaligned;
+                            for (int64_t r = r0; r < r1; ++r) {
+                              ++visits[static_cast<size_t>(r)];
+                              for (auto [i, o] : targets(r))
+                                for (int64_t t = 0; t < n_tok; ++t) {
+                                  const size_t at = static_cast<size_t>(t * ws[i].n_out + o);
+                                  if (got[static_cast<size_t>(i)][at] != want[static_cast<size_t>(i)][at]) ++not_final;
+                                  got[static_cast<size_t>(i)][at] = 2.0f * got[static_cast<size_t>(i)][at] + 1.0f;
+                                }
+                            }
+                          },
+                          align, shared};
+  matmul_multi(ws, ys.data(), n, x.data(), n_tok, pool, &then);
+  EXPECT_GT(chunks.load(), 1) << "the call should have been split across the pool";
+  EXPECT_EQ(misaligned.load(), 0);
+  EXPECT_EQ(not_final.load(), 0);
+  for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(visits[static_cast<size_t>(r)].load(), 1) << "row " << r;
+  for (int i = 0; i < n; ++i)
+    for (size_t k = 0; k < got[static_cast<size_t>(i)].size(); ++k)
+      ASSERT_EQ(got[static_cast<size_t>(i)][k], 2.0f * want[static_cast<size_t>(i)][k] + 1.0f) << "matrix " << i << " at " << k;
+}
+
+TEST(Matmul, EpilogueSeesEachChunkOfConcatenatedRowsOnceAligned) {
+  // Q/K/V of a model with head size 48 (not a multiple of 16: chunks fall on multiples of 48 and 16).
+  const auto q = make_matrix(ggml_type::q4_1, 256, 6 * 48, 5), k = make_matrix(ggml_type::q4_1, 256, 2 * 48, 6),
+             v = make_matrix(ggml_type::q8_0, 256, 2 * 48, 7);
+  const weight_view plain[3] = {q.view(), k.view(), v.view()};
+  check_epilogue(plain, 3, 9, false, 48);
+  const packed_weights pq = pack_weights(q.view()), pk = pack_weights(k.view()), pv = pack_weights(v.view());
+  if (!pq) GTEST_SKIP() << "no fast kernels on this CPU";
+  weight_view packed[3] = {q.view(), k.view(), v.view()};
+  packed[0].packed = pq.bytes.get();
+  packed[1].packed = pk.bytes.get();
+  packed[2].packed = pv.bytes.get();
+  check_epilogue(packed, 3, 9, false, 48);
+}
+
+TEST(Matmul, EpilogueWithSharedRowsCoversTheSameRowsOfEveryMatrix) {
+  // gate and up of 200 rows (not a multiple of 16: the last chunk ends inside a group).
+  const auto gate = make_matrix(ggml_type::q4_0, 128, 200, 8), up = make_matrix(ggml_type::q4_1, 128, 200, 9);
+  const weight_view ws[2] = {gate.view(), up.view()};
+  check_epilogue(ws, 2, 16, true, 16);
+}
+
+// Past the largest group of matrices one dispatch takes, the call splits; the epilogue then runs
+// once over all rows.
+TEST(Matmul, EpilogueOfASplitCallRunsOverAllRows) {
+  std::vector<matrix> ms;
+  for (int i = 0; i < 9; ++i) ms.push_back(make_matrix(ggml_type::q8_0, 64, 16 + 16 * (i % 3), 40 + static_cast<uint32_t>(i)));
+  std::vector<weight_view> ws;
+  for (const auto& m : ms) ws.push_back(m.view());
+  thread_pool pool(2);
+  const auto x = activations(3, 64, 11);
+  std::vector<std::vector<float>> y(ws.size());
+  std::vector<float*> ys;
+  int64_t rows = 0;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    y[i].resize(static_cast<size_t>(3 * ws[i].n_out));
+    ys.push_back(y[i].data());
+    rows += ws[i].n_out;
+  }
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  const row_epilogue then{[&](int64_t r0, int64_t r1) { seen.emplace_back(r0, r1); }};
+  matmul_multi(ws.data(), ys.data(), static_cast<int>(ws.size()), x.data(), 3, pool, &then);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], std::make_pair(int64_t{0}, rows));
+}
+
+}  // namespace

@@ -202,3 +202,60 @@ TEST(PagedAttention, Q8RowsAtTheEdgesOfFloat) {
     for (float x : out) EXPECT_TRUE(std::isnan(x)) << (by_column ? "K by column" : "K by row");
   }
 }
+
+namespace {
+
+// The backend stores each head's K and V rows as its Q/K/V matmul finishes them (kv_store_head,
+// K and V at different times): the same bytes as kv_store's whole-token stores.
+TEST(PagedAttention, StoringHeadByHeadWritesWhatKvStoreWrites) {
+  for (auto dt : {kv_dtype::f16, kv_dtype::q8, kv_dtype::f32})
+    for (bool by_column : {false, true}) {
+      if (dt == kv_dtype::f32 && by_column) continue;
+      const int heads = 3, hd = 64, bs = 16, n_ctx = 40, kvd = heads * hd;
+      const int n_blocks = (n_ctx + bs - 1) / bs;
+      const std::vector<int32_t> table = {2, 0, 1};
+      const size_t elem = dt == kv_dtype::f16 ? 2 : dt == kv_dtype::q8 ? 1 : 4;
+      const size_t rows = static_cast<size_t>(n_blocks) * bs * heads;
+      struct memory {
+        std::vector<uint8_t> k, v;
+        std::vector<float> ks, vs;
+      } whole{std::vector<uint8_t>(rows * hd * elem), std::vector<uint8_t>(rows * hd * elem),
+              std::vector<float>(rows), std::vector<float>(rows)},
+          by_head = whole;
+      auto view = [&](memory& m) {
+        kv_layer_view kv;
+        kv.k = m.k.data();
+        kv.v = m.v.data();
+        if (dt == kv_dtype::q8) {
+          kv.k_scale = m.ks.data();
+          kv.v_scale = m.vs.data();
+        }
+        kv.dtype = dt;
+        kv.n_kv_heads = heads;
+        kv.head_dim = hd;
+        kv.block_size = bs;
+        kv.k_by_column = by_column;
+        return kv;
+      };
+      std::mt19937 rng(5);
+      std::normal_distribution<float> d(0.0f, 2.0f);
+      std::vector<float> K(static_cast<size_t>(n_ctx) * kvd), V(K.size());
+      for (auto& x : K) x = d(rng);
+      for (auto& x : V) x = d(rng);
+      const kv_layer_view a = view(whole), b = view(by_head);
+      for (int p = 0; p < n_ctx; ++p) kv_store(a, table.data(), p, K.data() + p * kvd, V.data() + p * kvd);
+      for (int p = n_ctx - 1; p >= 0; --p)  // V first, heads backwards: order must not matter
+        for (int h = heads - 1; h >= 0; --h) {
+          kv_store_head(b, table.data(), p, h, nullptr, V.data() + p * kvd + h * hd);
+          kv_store_head(b, table.data(), p, h, K.data() + p * kvd + h * hd, nullptr);
+        }
+      const std::string what = std::string(dt == kv_dtype::f16 ? "f16" : dt == kv_dtype::q8 ? "q8" : "f32") +
+                               (by_column ? " by column" : " by row");
+      EXPECT_EQ(whole.k, by_head.k) << what;
+      EXPECT_EQ(whole.v, by_head.v) << what;
+      EXPECT_EQ(whole.ks, by_head.ks) << what;
+      EXPECT_EQ(whole.vs, by_head.vs) << what;
+    }
+}
+
+}  // namespace
