@@ -298,7 +298,8 @@ void print_profile(const std::string& name, int batch, const step_profile& p, do
   }
   line("sampling, batch setup (outside forward)", step_ms - p.total() * per);
   const double attention = p.seconds[step_profile::attention] * per;
-  std::printf("  matmuls together %.3f ms (%.1f%%), attention %.3f ms (%.1f%%)\n", matmuls, 100.0 * matmuls / step_ms,
+  std::printf("  matmuls (with the work on their rows) together %.3f ms (%.1f%%), attention %.3f ms (%.1f%%)\n", matmuls,
+              100.0 * matmuls / step_ms,
               attention, 100.0 * attention / step_ms);
 }
 

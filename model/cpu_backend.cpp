@@ -1,6 +1,7 @@
 #include "model/cpu_backend.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdlib>
 
@@ -20,7 +21,7 @@ void grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
-// Tokens in a step from which per-token work (norms, RoPE, KV stores) is spread over the pool.
+// Tokens in a step from which per-token work (the norms) is spread over the pool.
 constexpr int64_t k_min_parallel_tokens = 4;
 
 kv_dtype kv_type_of(const backend_options& o) {
@@ -253,6 +254,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     }
   };
   const row_epilogue qkv_done{[&](int64_t r0, int64_t r1) {
+                                assert(r0 % hd == 0 && r1 % hd == 0);  // whole heads (the alignment below)
                                 for (int64_t h = r0 / hd; h < r1 / hd; ++h)
                                   for (int64_t t = 0; t < T; ++t) finish_qkv_head(h, t);
                               },

@@ -260,6 +260,7 @@ void matmul_with_isa(isa_kind isa, const weight_view& w, const float* x, int64_t
 void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys, int n_mat,
                            const float* x, int64_t n_tok, thread_pool& pool, const row_epilogue* then) {
   if (n_tok <= 0 || n_mat <= 0) return;
+  if (then && !then->fn) then = nullptr;
   if (!isa_supported(isa)) isa = isa_kind::scalar;
   const isa_kernels* kernels = kernels_for(isa);
   const int64_t n_in = ws[0].n_in;
@@ -377,9 +378,9 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     return;
   }
   // Chunks of rows handed out dynamically (see thread_pool::run_chunks), a multiple of 16 rows
-  // each so that no two threads write the same 64-byte line of an output row.
+  // each so that no two threads write the same 64-byte line of an output row, and of the
+  // epilogue's alignment (whole heads: with an odd number of them one thread gets a head more).
   const int64_t target = k_chunks_per_thread * nth;
-  // Multiples of 16 rows, so that no two threads write the same 64-byte line of an output row.
   const int64_t align = then ? std::lcm<int64_t>(16, std::max<int64_t>(1, then->align)) : 16;
   struct split {
     int64_t rows_per_chunk, total_rows;

@@ -47,10 +47,13 @@ packed_weights pack_weights(const weight_view& w);
 // Work on a chunk of output rows as soon as they are computed, by the thread that computed them
 // and before the call returns (biases, RoPE and K/V stores, SwiGLU, residual adds): no second
 // pass over the outputs and no hand-off of its own. fn(r0, r1) may read and write the outputs'
-// rows [r0, r1) of every token, and nothing else of them.
+// rows [r0, r1) of every token, and nothing else of them; it runs inside the pool's job, so it
+// must not use the pool. (A call of more than 8 matrices, not a hot path, runs it once over all
+// rows on the calling thread.)
 struct row_epilogue {
-  // Rows of the matrices' outputs laid end to end; with shared_rows (matrices of equal n_out),
-  // rows of each matrix, a chunk covering the same rows of all of them (gate and up).
+  // Rows of the matrices' outputs laid end to end; with shared_rows, rows of each matrix, a chunk
+  // covering the same rows of all of them (gate and up; rows past a shorter matrix's end are
+  // not computed for it).
   std::function<void(int64_t r0, int64_t r1)> fn;
   // Chunk boundaries fall on multiples of this (a head's rows for RoPE; at least 16).
   int64_t align = 16;

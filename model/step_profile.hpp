@@ -13,7 +13,7 @@ struct step_profile {
   enum phase { norms, qkv, attention, wo, gate_up, down, head, other, n_phases };
   static constexpr std::array<const char*, n_phases> names = {
       "norms", "Q/K/V matmul + biases, RoPE, K/V stores", "attention", "output projection matmul + residual add",
-      "gate/up matmul + SwiGLU", "down matmul + residual add", "output head (norm + matmul)", "embeddings"};
+      "gate/up matmul + SwiGLU", "down matmul + residual add", "output head (norm + matmul)", "embeddings, RoPE tables, setup"};
 
   std::array<double, n_phases> seconds{};
   int64_t steps = 0;

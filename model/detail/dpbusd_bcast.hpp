@@ -13,7 +13,9 @@ namespace {
 // _mm512_set1_epi32 into it but emits a VPBROADCASTD per VPDPBUSD, an extra vector operation
 // that cost the fast matmul kernels ~5-10% on Zen 4 (troupe_matmul_bench, one thread).
 inline __m512i dpbusd_bcast(__m512i acc, __m512i u8, const void* s8) {
-  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*static_cast<const int32_t*>(s8)));
+  asm("vpdpbusd {%2%{1to16%}, %1, %0|%0, %1, %2%{1to16%}}"  // AT&T | Intel syntax
+      : "+v"(acc)
+      : "v"(u8), "m"(*static_cast<const int32_t*>(s8)));
   return acc;
 }
 

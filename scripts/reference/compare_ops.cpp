@@ -218,7 +218,8 @@ int main(int argc, char** argv) {
     report(il, "up matmul", y.data(), size_t(R) * hp.n_ff, load("ffn_up-" + s));
     tensor gate = load("ffn_gate-" + s);
     const tensor up = load("ffn_up-" + s);
-    silu_mul(gate.d.data(), up.d.data(), static_cast<int64_t>(gate.d.size()));
+    for (int64_t r = 0; r < R; ++r)  // row by row, as the backend does
+      silu_mul(gate.d.data() + r * hp.n_ff, up.d.data() + r * hp.n_ff, hp.n_ff);
     report(il, "silu_mul", gate.d.data(), gate.d.size(), load("ffn_swiglu-" + s));
     const tensor sw = load("ffn_swiglu-" + s);
     matmul(L.w_down, sw.d.data(), R, y.data(), pool);

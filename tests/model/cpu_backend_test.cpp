@@ -272,6 +272,27 @@ TEST(CpuBackend, Qwen2BiasesAndNeoxRopeMatchReference) {
   EXPECT_LT(max_abs_diff(ref.data(), got.data(), ref.size()), 2e-2f);
 }
 
+// Heads of 40 values (not a multiple of 16): the Q/K/V matmul's 400 rows then go out in chunks
+// of 160 (multiples of 80; 16-row alignment alone would cut heads at 112), each head's biases,
+// RoPE and K/V stores done by the thread that computed the head (row_epilogue); llama and qwen2
+// (biases, NeoX RoPE) against the float reference, with a prompt chunked so that steps hold
+// several tokens.
+TEST(CpuBackend, HeadsOf40ValuesMatchReference) {
+  for (const char* arch : {"llama", "qwen2"}) {
+    test::synthetic_options o;
+    o.arch = arch;
+    o.n_embd = 240;
+    o.n_head = 6;
+    o.n_head_kv = 2;
+    fixture f(o);
+    ASSERT_EQ(f.model->params().head_dim, 40);
+    auto toks = random_tokens(29, f.model->params().n_vocab, 6);
+    auto ref = reference_logits(*f.model, toks);
+    auto got = f.run(toks, 11, table_of(2));
+    EXPECT_LT(max_abs_diff(ref.data(), got.data(), ref.size()), 2e-2f) << arch;
+  }
+}
+
 // Quantized weights: the reference uses the same dequantized weights in float; the backend also
 // quantizes activations to 8 bits per 32-block (relative error ~0.4% per product, averaging
 // out over the dot), so the tolerance is looser.

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -511,7 +513,9 @@ void check_epilogue(const weight_view* ws, int n, int64_t n_tok, bool shared, in
   std::atomic<int> chunks{0}, misaligned{0}, not_final{0};
   const row_epilogue then{[&](int64_t r0, int64_t r1) {
                             ++chunks;
-                            if (r0 % align != 0 || (r1 % align != 0 && r1 != rows)) ++misaligned;
+                            // On multiples of the alignment and of 16 rows (a cache line of floats), or the end.
+                            if (r0 % std::lcm<int64_t>(align, 16) != 0 || (r1 % std::lcm<int64_t>(align, 16) != 0 && r1 != rows))
+                              ++misaligned;
                             for (int64_t r = r0; r < r1; ++r) {
                               ++visits[static_cast<size_t>(r)];
                               for (auto [i, o] : targets(r))
@@ -533,26 +537,47 @@ void check_epilogue(const weight_view* ws, int n, int64_t n_tok, bool shared, in
       ASSERT_EQ(got[static_cast<size_t>(i)][k], 2.0f * want[static_cast<size_t>(i)][k] + 1.0f) << "matrix " << i << " at " << k;
 }
 
+// check_epilogue over the matrices as stored (llama.cpp order), then repacked (fast order) where
+// this CPU has the fast kernels.
+void check_epilogue_both_orders(std::initializer_list<const matrix*> ms, int64_t n_tok, bool shared, int64_t align) {
+  std::vector<weight_view> ws;
+  for (const matrix* m : ms) ws.push_back(m->view());
+  check_epilogue(ws.data(), static_cast<int>(ws.size()), n_tok, shared, align);
+  std::vector<packed_weights> packs;
+  for (auto& w : ws) {
+    packs.push_back(pack_weights(w));
+    if (!packs.back()) return;  // no fast kernels on this CPU
+    w.packed = packs.back().bytes.get();
+  }
+  check_epilogue(ws.data(), static_cast<int>(ws.size()), n_tok, shared, align);
+}
+
 TEST(Matmul, EpilogueSeesEachChunkOfConcatenatedRowsOnceAligned) {
-  // Q/K/V of a model with head size 48 (not a multiple of 16: chunks fall on multiples of 48 and 16).
-  const auto q = make_matrix(ggml_type::q4_1, 256, 6 * 48, 5), k = make_matrix(ggml_type::q4_1, 256, 2 * 48, 6),
-             v = make_matrix(ggml_type::q8_0, 256, 2 * 48, 7);
-  const weight_view plain[3] = {q.view(), k.view(), v.view()};
-  check_epilogue(plain, 3, 9, false, 48);
-  const packed_weights pq = pack_weights(q.view()), pk = pack_weights(k.view()), pv = pack_weights(v.view());
-  if (!pq) GTEST_SKIP() << "no fast kernels on this CPU";
-  weight_view packed[3] = {q.view(), k.view(), v.view()};
-  packed[0].packed = pq.bytes.get();
-  packed[1].packed = pk.bytes.get();
-  packed[2].packed = pv.bytes.get();
-  check_epilogue(packed, 3, 9, false, 48);
+  // Q/K/V of a model with head size 40 (not a multiple of 16: chunks fall on multiples of 80).
+  const auto q = make_matrix(ggml_type::q4_1, 256, 6 * 40, 5), k = make_matrix(ggml_type::q4_1, 256, 2 * 40, 6),
+             v = make_matrix(ggml_type::q8_0, 256, 2 * 40, 7);
+  check_epilogue_both_orders({&q, &k, &v}, 9, false, 40);
 }
 
 TEST(Matmul, EpilogueWithSharedRowsCoversTheSameRowsOfEveryMatrix) {
   // gate and up of 200 rows (not a multiple of 16: the last chunk ends inside a group).
   const auto gate = make_matrix(ggml_type::q4_0, 128, 200, 8), up = make_matrix(ggml_type::q4_1, 128, 200, 9);
+  check_epilogue_both_orders({&gate, &up}, 16, true, 16);
+}
+
+// A call too small to share out runs on the calling thread: one epilogue call over all rows.
+TEST(Matmul, EpilogueOfAnUnsharedCallCoversAllRowsOnce) {
+  const auto gate = make_matrix(ggml_type::q8_0, 64, 48, 12), up = make_matrix(ggml_type::q8_0, 64, 48, 13);
   const weight_view ws[2] = {gate.view(), up.view()};
-  check_epilogue(ws, 2, 16, true, 16);
+  thread_pool pool(2);
+  const auto x = activations(1, 64, 14);
+  std::vector<float> y1(48), y2(48);
+  float* ys[2] = {y1.data(), y2.data()};
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  const row_epilogue then{[&](int64_t r0, int64_t r1) { seen.emplace_back(r0, r1); }, 16, true};
+  matmul_multi(ws, ys, 2, x.data(), 1, pool, &then);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], std::make_pair(int64_t{0}, int64_t{48}));
 }
 
 // Past the largest group of matrices one dispatch takes, the call splits; the epilogue then runs
