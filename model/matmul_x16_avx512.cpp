@@ -8,7 +8,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "model/detail/dpbusd_bcast.hpp"
 #include "model/detail/matmul_kernels.hpp"
