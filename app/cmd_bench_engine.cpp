@@ -284,7 +284,7 @@ void print_profile(const std::string& name, int batch, const step_profile& p, do
   if (p.steps == 0 || step_seconds <= 0) return;
   const double step_ms = step_seconds * 1e3, per = 1e3 / static_cast<double>(p.steps);
   auto line = [step_ms](const char* what, double ms) {
-    std::printf("  %-40s %7.3f ms  %5.1f%%\n", what, ms, 100.0 * ms / step_ms);
+    std::printf("  %-48s %7.3f ms  %5.1f%%\n", what, ms, 100.0 * ms / step_ms);
   };
   std::printf("\n%s, batch %d: a decode step of %.2f ms (mean of the last round's %lld steps), by phase:\n", name.c_str(),
               batch, step_ms, static_cast<long long>(p.steps));

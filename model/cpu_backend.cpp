@@ -21,9 +21,6 @@ void grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 
-// Tokens in a step from which per-token work (the norms) is spread over the pool.
-constexpr int64_t k_min_parallel_tokens = 4;
-
 kv_dtype kv_type_of(const backend_options& o) {
   return o.kv_q8 ? kv_dtype::q8 : o.kv_f32 ? kv_dtype::f32 : kv_dtype::f16;
 }
@@ -213,17 +210,6 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
 
   // llama.cpp's norm (one chain of additions) in its order, a vectorised one in the fast order.
   const auto norm = order_ == matmul_order::fast ? rms_norm_fast : rms_norm;
-  // Per-token work of a layer: across the pool for a batch of several tokens (one token's is too
-  // short to be worth a hand-off), each token's arithmetic the same either way.
-  auto per_token = [&](auto&& fn) {
-    if (T < k_min_parallel_tokens) {
-      for (int64_t t = 0; t < T; ++t) fn(t);
-      return;
-    }
-    pool_.parallel_for(T, [&fn](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) fn(t);
-    });
-  };
 
   // Work done on each chunk of a matmul's output rows by the thread that computed it (see
   // row_epilogue), set per layer: biases, RoPE and K/V stores after Q/K/V (chunks of whole heads),
@@ -264,6 +250,11 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
                                      silu_mul(gate_.data() + t * nff + r0, up_.data() + t * nff + r0, r1 - r0);
                                  },
                                  16, true};
+  // The norms before Q/K/V and gate/up, token by token inside their matmul's hand-off (row_prologue).
+  const row_prologue attn_norm{
+      [&](int64_t t) { norm(x_.data() + t * ne, L->attn_norm, xn_.data() + t * ne, ne, hp.rms_eps); }};
+  const row_prologue ffn_norm{
+      [&](int64_t t) { norm(x_.data() + t * ne, L->ffn_norm, xn_.data() + t * ne, ne, hp.rms_eps); }};
   const row_epilogue add_to_x{[&](int64_t r0, int64_t r1) {
                                 for (int64_t t = 0; t < T; ++t)
                                   add_inplace(x_.data() + t * ne + r0, tmp_.data() + t * ne + r0, r1 - r0);
@@ -275,13 +266,11 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     kv = layer_view(il);
 
     timer.lap(ph::other);
-    per_token([&](int64_t t) { norm(x_.data() + t * ne, L->attn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
-    timer.lap(ph::norms);
     {
-      // Q, K and V read the same input: one activation quantization, one dispatch.
+      // Q, K and V read the same input: one norm and activation quantization, one dispatch.
       const weight_view ws[3] = {L->wq, L->wk, L->wv};
       float* const ys[3] = {q_.data(), k_.data(), v_.data()};
-      matmul_multi(ws, ys, 3, xn_.data(), T, pool_, &qkv_done);
+      matmul_multi(ws, ys, 3, xn_.data(), T, pool_, &qkv_done, &attn_norm);
     }
     timer.lap(ph::qkv);
     // Attention: one task per (token, kv head); each reads only its own sequence's blocks.
@@ -309,12 +298,10 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
     matmul(L->wo, att_.data(), T, tmp_.data(), pool_, &add_to_x);
     timer.lap(ph::wo);
 
-    per_token([&](int64_t t) { norm(x_.data() + t * ne, L->ffn_norm, xn_.data() + t * ne, ne, hp.rms_eps); });
-    timer.lap(ph::norms);
     {
       const weight_view ws[2] = {L->w_gate, L->w_up};
       float* const ys[2] = {gate_.data(), up_.data()};
-      matmul_multi(ws, ys, 2, xn_.data(), T, pool_, &swiglu_done);
+      matmul_multi(ws, ys, 2, xn_.data(), T, pool_, &swiglu_done, &ffn_norm);
     }
     timer.lap(ph::gate_up);
     matmul(L->w_down, gate_.data(), T, tmp_.data(), pool_, &add_to_x);

@@ -23,8 +23,10 @@ constexpr int64_t k_min_parallel_macs = 32 * 1024;
 // Token chunk: keep one chunk of quantized activations (per thread's pass over its rows)
 // well inside a 1 MiB L2, so the rows' weights and the chunk both stay cached.
 constexpr int64_t k_act_chunk_bytes = 128 * 1024;
-// Activations of at least this many tokens are quantized by all pool threads.
+// Activations of at least this many tokens are quantized by all pool threads; with a prologue
+// (a norm to compute first) from this many.
 constexpr int64_t k_parallel_quantize_tokens = 8;
+constexpr int64_t k_parallel_prologue_tokens = 4;
 // Row chunks per pool thread: 2 balances the load and lets a running thread take over the share
 // of one the OS has not scheduled, for one extra atomic claim per chunk.
 constexpr int64_t k_chunks_per_thread = 2;
@@ -258,9 +260,16 @@ void matmul_with_isa(isa_kind isa, const weight_view& w, const float* x, int64_t
 }
 
 void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys, int n_mat,
-                           const float* x, int64_t n_tok, thread_pool& pool, const row_epilogue* then) {
-  if (n_tok <= 0 || n_mat <= 0) return;
+                           const float* x, int64_t n_tok, thread_pool& pool, const row_epilogue* then,
+                           const row_prologue* first) {
+  if (n_tok <= 0) return;
   if (then && !then->fn) then = nullptr;
+  const std::function<void(int64_t)>* prologue = first && first->fn ? &first->fn : nullptr;
+  if (n_mat <= 0) {  // nothing reads x, but its rows are still ready on return
+    if (prologue)
+      for (int64_t t = 0; t < n_tok; ++t) (*prologue)(t);
+    return;
+  }
   if (!isa_supported(isa)) isa = isa_kind::scalar;
   const isa_kernels* kernels = kernels_for(isa);
   const int64_t n_in = ws[0].n_in;
@@ -279,7 +288,7 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
   constexpr int k_max_jobs = 8;
   job jobs[k_max_jobs];
   if (n_mat > k_max_jobs) {  // not a hot-path shape: split and recurse, then the epilogue on all rows
-    matmul_multi_with_isa(isa, ws, ys, k_max_jobs, x, n_tok, pool);
+    matmul_multi_with_isa(isa, ws, ys, k_max_jobs, x, n_tok, pool, nullptr, first);
     matmul_multi_with_isa(isa, ws + k_max_jobs, ys + k_max_jobs, n_mat - k_max_jobs, x, n_tok, pool);
     if (then) {
       int64_t rows = 0;
@@ -307,12 +316,26 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     need_acts |= j.qk != nullptr;
     total_rows = shared ? std::max(total_rows, w.n_out) : total_rows + w.n_out;
   }
-  if (total_rows == 0) return;
+  if (total_rows == 0) {
+    if (prologue)
+      for (int64_t t = 0; t < n_tok; ++t) (*prologue)(t);
+    return;
+  }
   const int nth = total_rows * n_in * n_tok >= k_min_parallel_macs ? pool.size() : 1;
 
-  // Quantize the activations once for all rows of all matrices: [qs of every token][d][s].
+  // Quantize the activations once for all rows of all matrices: [qs of every token][d][s], each
+  // token's row right after the prologue wrote it.
   q8_acts acts{};
   int64_t chunk = n_tok;
+  if (!need_acts && prologue) {
+    if (n_tok >= k_parallel_prologue_tokens && nth > 1) {
+      pool.parallel_for(n_tok, [prologue](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) (*prologue)(t);
+      });
+    } else {
+      for (int64_t t = 0; t < n_tok; ++t) (*prologue)(t);
+    }
+  }
   if (need_acts) {
     acts.nb = n_in / 32;
     acts.nb_pad = (acts.nb + 1) / 2 * 2;
@@ -331,6 +354,7 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     const quantize_acts_fn quantize = kernels->quantize_acts;
     auto quantize_tokens = [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t) {
+        if (prologue) (*prologue)(t);
         int8_t* q = qs + t * acts.qs_stride;
         float* dt = d + t * acts.nb_pad;
         float* st = s + t * acts.nb_pad;
@@ -344,7 +368,7 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
         }
       }
     };
-    if (n_tok >= k_parallel_quantize_tokens && nth > 1) {
+    if (n_tok >= (prologue ? k_parallel_prologue_tokens : k_parallel_quantize_tokens) && nth > 1) {
       // Wrapped so the std::function holds one pointer (stored inline, no allocation).
       pool.parallel_for(n_tok, [&quantize_tokens](int64_t t0, int64_t t1) { quantize_tokens(t0, t1); });
     } else {
@@ -416,13 +440,13 @@ std::optional<matmul_order> parse_matmul_order(std::string_view name) {
 }
 
 void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, thread_pool& pool,
-            const row_epilogue* then) {
-  detail::matmul_multi_with_isa(detail::best_isa(), &w, &y, 1, x, n_tok, pool, then);
+            const row_epilogue* then, const row_prologue* first) {
+  detail::matmul_multi_with_isa(detail::best_isa(), &w, &y, 1, x, n_tok, pool, then, first);
 }
 
 void matmul_multi(const weight_view* ws, float* const* ys, int n, const float* x, int64_t n_tok,
-                  thread_pool& pool, const row_epilogue* then) {
-  detail::matmul_multi_with_isa(detail::best_isa(), ws, ys, n, x, n_tok, pool, then);
+                  thread_pool& pool, const row_epilogue* then, const row_prologue* first) {
+  detail::matmul_multi_with_isa(detail::best_isa(), ws, ys, n, x, n_tok, pool, then, first);
 }
 
 void matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float* y) {

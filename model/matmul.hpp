@@ -60,18 +60,27 @@ struct row_epilogue {
   bool shared_rows = false;
 };
 
+// Work that produces the input rows (the norm before Q/K/V and before gate/up): fn(t) writes token
+// t's row of the matmul's x. It runs once per token, before any output row is computed, in the
+// same hand-off as the activation quantization (which reads the row right after), so the norm
+// costs no dispatch of its own; like an epilogue it must not use the pool. x's rows are ready
+// when the call returns.
+struct row_prologue {
+  std::function<void(int64_t t)> fn;
+};
+
 // Y[t * n_out + o] = sum_i X[t * n_in + i] * W[o][i], for t < n_tok, then the epilogue if any.
 // Activations are quantized to 8 bits per block where the weight type's fast path works that
 // way (all block-quantized types); F32/F16/BF16 weights use float FMA.
 void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, thread_pool& pool,
-            const row_epilogue* then = nullptr);
+            const row_epilogue* then = nullptr, const row_prologue* first = nullptr);
 
 // matmul() for n matrices that read the same input (Q, K and V; gate and up): ys[i] receives
 // ws[i]'s output. The activations are quantized once and all rows of all matrices are shared
 // out in a single dispatch, which saves a hand-off and a quantization per extra matrix. Every
 // ws[i].n_in must be equal.
 void matmul_multi(const weight_view* ws, float* const* ys, int n, const float* x, int64_t n_tok,
-                  thread_pool& pool, const row_epilogue* then = nullptr);
+                  thread_pool& pool, const row_epilogue* then = nullptr, const row_prologue* first = nullptr);
 
 // Same contract, scalar and unthreaded: the reference the tests compare against.
 void matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float* y);

@@ -9,11 +9,13 @@
 namespace troupe::model {
 
 struct step_profile {
-  // The work on each matmul's output rows (row_epilogue) counts with its matmul.
-  enum phase { norms, qkv, attention, wo, gate_up, down, head, other, n_phases };
+  // The work on each matmul's output rows (row_epilogue) and the norm of its input rows
+  // (row_prologue) count with its matmul.
+  enum phase { qkv, attention, wo, gate_up, down, head, other, n_phases };
   static constexpr std::array<const char*, n_phases> names = {
-      "norms", "Q/K/V matmul + biases, RoPE, K/V stores", "attention", "output projection matmul + residual add",
-      "gate/up matmul + SwiGLU", "down matmul + residual add", "output head (norm + matmul)", "embeddings, RoPE tables, setup"};
+      "norm + Q/K/V matmul + biases, RoPE, K/V stores", "attention", "output projection matmul + residual add",
+      "norm + gate/up matmul + SwiGLU", "down matmul + residual add", "output head (norm + matmul)",
+      "embeddings, RoPE tables, setup"};
 
   std::array<double, n_phases> seconds{};
   int64_t steps = 0;

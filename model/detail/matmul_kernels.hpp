@@ -10,6 +10,7 @@ namespace troupe::model {
 class thread_pool;
 struct weight_view;
 struct row_epilogue;
+struct row_prologue;
 }  // namespace troupe::model
 
 namespace troupe::model::detail {
@@ -98,7 +99,8 @@ const char* isa_name(isa_kind isa);
 void matmul_with_isa(isa_kind isa, const weight_view& w, const float* x, int64_t n_tok, float* y,
                      thread_pool& pool);
 void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys, int n_mat,
-                           const float* x, int64_t n_tok, thread_pool& pool, const row_epilogue* then = nullptr);
+                           const float* x, int64_t n_tok, thread_pool& pool, const row_epilogue* then = nullptr,
+                           const row_prologue* first = nullptr);
 
 // Scalar reference quantization of one activation row (what every SIMD quantize_acts matches,
 // up to round-half-even versus round-half-away on exact ties).

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -602,6 +603,80 @@ TEST(Matmul, EpilogueOfASplitCallRunsOverAllRows) {
   matmul_multi(ws.data(), ys.data(), static_cast<int>(ws.size()), x.data(), 3, pool, &then);
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0], std::make_pair(int64_t{0}, rows));
+}
+
+// A prologue writes each token's input row once, before anything reads it: the outputs equal a
+// plain matmul of the rows it writes, on every path (quantized and float kernels, both orders,
+// one thread or shared out, a call split past 8 matrices).
+void check_prologue(const weight_view* ws, int n, int64_t n_tok) {
+  thread_pool pool(2);
+  const int64_t n_in = ws[0].n_in;
+  const auto src = activations(n_tok, n_in, 57);
+  std::vector<float> ready(src.size());
+  for (size_t i = 0; i < src.size(); ++i) ready[i] = 0.5f * src[i] + 0.25f;
+  std::vector<float> x(src.size(), std::numeric_limits<float>::quiet_NaN());
+  std::vector<std::atomic<int>> visits(static_cast<size_t>(n_tok));
+  const row_prologue first{[&](int64_t t) {
+    ++visits[static_cast<size_t>(t)];
+    for (int64_t i = 0; i < n_in; ++i) x[static_cast<size_t>(t * n_in + i)] = 0.5f * src[static_cast<size_t>(t * n_in + i)] + 0.25f;
+  }};
+  std::vector<std::vector<float>> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+  std::vector<float*> ys;
+  for (int i = 0; i < n; ++i) {
+    want[static_cast<size_t>(i)].resize(static_cast<size_t>(n_tok * ws[i].n_out));
+    got[static_cast<size_t>(i)].assign(want[static_cast<size_t>(i)].size(), -1.0f);
+    matmul(ws[i], ready.data(), n_tok, want[static_cast<size_t>(i)].data(), pool);
+    ys.push_back(got[static_cast<size_t>(i)].data());
+  }
+  matmul_multi(ws, ys.data(), n, x.data(), n_tok, pool, nullptr, &first);
+  for (int64_t t = 0; t < n_tok; ++t) ASSERT_EQ(visits[static_cast<size_t>(t)].load(), 1) << "token " << t;
+  EXPECT_EQ(x, ready);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << "matrix " << i;
+}
+
+TEST(Matmul, PrologueWritesEachInputRowOnceBeforeItIsRead) {
+  const auto q = make_matrix(ggml_type::q4_1, 256, 96, 60), k = make_matrix(ggml_type::q8_0, 256, 32, 61),
+             f = make_matrix(ggml_type::f16, 256, 48, 62);
+  for (int64_t n_tok : {1, 3, 4, 9, 16}) {
+    SCOPED_TRACE("n_tok " + std::to_string(n_tok));
+    const weight_view quantized[2] = {q.view(), k.view()};
+    check_prologue(quantized, 2, n_tok);
+    const weight_view mixed[2] = {q.view(), f.view()};
+    check_prologue(mixed, 2, n_tok);
+    const weight_view floats[1] = {f.view()};  // no activation quantization at all
+    check_prologue(floats, 1, n_tok);
+    const auto pq = pack_weights(q.view()), pk = pack_weights(k.view());
+    if (!pq || !pk) continue;  // no fast kernels on this CPU
+    weight_view packed[2] = {q.view(), k.view()};
+    packed[0].packed = pq.bytes.get();
+    packed[1].packed = pk.bytes.get();
+    check_prologue(packed, 2, n_tok);
+  }
+}
+
+TEST(Matmul, PrologueOfASplitCallRunsOncePerToken) {
+  std::vector<matrix> ms;
+  for (int i = 0; i < 9; ++i) ms.push_back(make_matrix(ggml_type::q8_0, 64, 16 + 16 * (i % 3), 70 + static_cast<uint32_t>(i)));
+  std::vector<weight_view> ws;
+  for (const auto& m : ms) ws.push_back(m.view());
+  check_prologue(ws.data(), static_cast<int>(ws.size()), 5);
+}
+
+TEST(Matmul, PrologueRunsWhenNoRowIsComputed) {
+  thread_pool pool(2);
+  std::vector<float> x(4 * 32, 0.0f);
+  int calls = 0;
+  const row_prologue first{[&](int64_t t) {
+    ++calls;
+    x[static_cast<size_t>(t * 32)] = 1.0f;
+  }};
+  matmul_multi(nullptr, nullptr, 0, x.data(), 4, pool, nullptr, &first);
+  EXPECT_EQ(calls, 4);
+  const auto empty = make_matrix(ggml_type::q8_0, 32, 0, 80);
+  const weight_view w = empty.view();
+  float* y = nullptr;
+  matmul_multi(&w, &y, 1, x.data(), 4, pool, nullptr, &first);
+  EXPECT_EQ(calls, 8);
 }
 
 }  // namespace
