@@ -267,7 +267,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
 
     timer.lap(ph::other);
     {
-      // Q, K and V read the same input: one norm and activation quantization, one dispatch.
+      // Q, K and V read the same input: its norm and quantization run once, in one hand-off.
       const weight_view ws[3] = {L->wq, L->wk, L->wv};
       float* const ys[3] = {q_.data(), k_.data(), v_.data()};
       matmul_multi(ws, ys, 3, xn_.data(), T, pool_, &qkv_done, &attn_norm);

@@ -23,9 +23,9 @@ constexpr int64_t k_min_parallel_macs = 32 * 1024;
 // Token chunk: keep one chunk of quantized activations (per thread's pass over its rows)
 // well inside a 1 MiB L2, so the rows' weights and the chunk both stay cached.
 constexpr int64_t k_act_chunk_bytes = 128 * 1024;
-// Activations of at least this many tokens are quantized by all pool threads; with a prologue
-// (a norm to compute first) from this many.
+// Activations of at least this many tokens are quantized by all pool threads.
 constexpr int64_t k_parallel_quantize_tokens = 8;
+// With a prologue (a norm to compute before quantizing), from this many tokens.
 constexpr int64_t k_parallel_prologue_tokens = 4;
 // Row chunks per pool thread: 2 balances the load and lets a running thread take over the share
 // of one the OS has not scheduled, for one extra atomic claim per chunk.

@@ -61,15 +61,17 @@ struct row_epilogue {
 };
 
 // Work that produces the input rows (the norm before Q/K/V and before gate/up): fn(t) writes token
-// t's row of the matmul's x. It runs once per token, before any output row is computed, in the
-// same hand-off as the activation quantization (which reads the row right after), so the norm
-// costs no dispatch of its own; like an epilogue it must not use the pool. x's rows are ready
-// when the call returns.
+// t's row of the matmul's x. It runs once per token, before any output row is computed. With
+// block-quantized weights it runs in the activation quantization's hand-off (which reads the row
+// right after), so the norm costs no dispatch of its own; with only F32/F16/BF16 weights it takes
+// a pass of its own. Like an epilogue it must not use the pool. x's rows are ready when the call
+// returns, even if no output row is computed.
 struct row_prologue {
   std::function<void(int64_t t)> fn;
 };
 
-// Y[t * n_out + o] = sum_i X[t * n_in + i] * W[o][i], for t < n_tok, then the epilogue if any.
+// The prologue if any, then Y[t * n_out + o] = sum_i X[t * n_in + i] * W[o][i] for t < n_tok,
+// then the epilogue if any.
 // Activations are quantized to 8 bits per block where the weight type's fast path works that
 // way (all block-quantized types); F32/F16/BF16 weights use float FMA.
 void matmul(const weight_view& w, const float* x, int64_t n_tok, float* y, thread_pool& pool,

@@ -606,9 +606,10 @@ TEST(Matmul, EpilogueOfASplitCallRunsOverAllRows) {
 }
 
 // A prologue writes each token's input row once, before anything reads it: the outputs equal a
-// plain matmul of the rows it writes, on every path (quantized and float kernels, both orders,
-// one thread or shared out, a call split past 8 matrices).
-void check_prologue(const weight_view* ws, int n, int64_t n_tok) {
+// plain matmul of the rows it writes, on every path (quantized and float kernels, weights as
+// stored and repacked where this CPU has the fast kernels, one thread or shared out, a call split
+// past 8 matrices).
+void check_prologue(const weight_view* ws, int n, int64_t n_tok, d::isa_kind isa = d::best_isa()) {
   thread_pool pool(2);
   const int64_t n_in = ws[0].n_in;
   const auto src = activations(n_tok, n_in, 57);
@@ -625,10 +626,10 @@ void check_prologue(const weight_view* ws, int n, int64_t n_tok) {
   for (int i = 0; i < n; ++i) {
     want[static_cast<size_t>(i)].resize(static_cast<size_t>(n_tok * ws[i].n_out));
     got[static_cast<size_t>(i)].assign(want[static_cast<size_t>(i)].size(), -1.0f);
-    matmul(ws[i], ready.data(), n_tok, want[static_cast<size_t>(i)].data(), pool);
+    d::matmul_with_isa(isa, ws[i], ready.data(), n_tok, want[static_cast<size_t>(i)].data(), pool);
     ys.push_back(got[static_cast<size_t>(i)].data());
   }
-  matmul_multi(ws, ys.data(), n, x.data(), n_tok, pool, nullptr, &first);
+  d::matmul_multi_with_isa(isa, ws, ys.data(), n, x.data(), n_tok, pool, nullptr, &first);
   for (int64_t t = 0; t < n_tok; ++t) ASSERT_EQ(visits[static_cast<size_t>(t)].load(), 1) << "token " << t;
   EXPECT_EQ(x, ready);
   for (int i = 0; i < n; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << "matrix " << i;
@@ -651,6 +652,17 @@ TEST(Matmul, PrologueWritesEachInputRowOnceBeforeItIsRead) {
     packed[0].packed = pq.bytes.get();
     packed[1].packed = pk.bytes.get();
     check_prologue(packed, 2, n_tok);
+  }
+}
+
+TEST(Matmul, PrologueOnEveryIsaThisCpuHas) {
+  const auto q = make_matrix(ggml_type::q4_0, 128, 64, 63), f = make_matrix(ggml_type::f32, 128, 32, 64);
+  const weight_view mixed[2] = {q.view(), f.view()};
+  for (auto isa : {d::isa_kind::scalar, d::isa_kind::avx2, d::isa_kind::avx512vnni}) {
+    if (!d::isa_supported(isa)) continue;
+    SCOPED_TRACE(d::isa_name(isa));
+    check_prologue(mixed, 2, 1, isa);
+    check_prologue(mixed, 2, 9, isa);
   }
 }
 
