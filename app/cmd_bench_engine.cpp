@@ -40,7 +40,7 @@ struct bench_options {
   int batch_gen = 128;
   std::vector<int> batches = {1, 4, 16, 64};
   int repeats = 3;
-  int batch_repeats = 3;
+  int batch_repeats = 5;
   int block_size = backend_options{}.block_size;  // KV block size in tokens (the server's default)
   bool skip_llama = false;
   std::string matmul = "both";
@@ -303,6 +303,41 @@ void print_profile(const std::string& name, int batch, const step_profile& p, do
               attention, 100.0 * attention / step_ms);
 }
 
+// The engine issue's floors, each configuration against them: prefill and single-sequence
+// decode >= 0.8x llama.cpp, aggregate decode at batch 16 >= 4x the same configuration's batch 1
+// (the median of the rounds' ratios) and >= 3x llama-batched-bench's figure.
+void print_floors(const std::vector<troupe_figures>& runs, const llama_figures& llama) {
+  auto verdict = [](double value, double floor) { return value >= floor ? "met" : "NOT met"; };
+  auto vs_llama = [&](std::string& line, const char* what, double ours, double theirs, double floor) {
+    line += "; " + std::string(what) + " ";
+    if (theirs <= 0) {
+      line += "(no llama.cpp figure)";
+      return;
+    }
+    line += fixed2(ours / theirs) + "x llama.cpp, " + verdict(ours / theirs, floor);
+  };
+  std::printf("\nfloors (prefill and decode >= 0.8x llama.cpp; batch 16 >= 4x its own batch 1 and >= 3x llama.cpp's "
+              "batched figure):\n");
+  double llama_b16 = 0;
+  for (auto [b, tps] : llama.batched)
+    if (b == 16) llama_b16 = tps;
+  for (const auto& r : runs) {
+    std::string line;
+    vs_llama(line, "prefill", median(r.pp), llama.pp, 0.8);
+    vs_llama(line, "decode", median(r.tg), llama.tg, 0.8);
+    const std::vector<double>* b16 = nullptr;
+    for (const auto& [b, each] : r.to_b1)
+      if (b == 16) b16 = &each;
+    if (b16 && !b16->empty()) {
+      line += "; batch 16 " + fixed2(median(*b16)) + "x its batch 1, " + verdict(median(*b16), 4.0);
+      vs_llama(line, "batch 16", r.at(16), llama_b16, 3.0);
+    } else {
+      line += "; batch 16 not measured (--batches needs 1 and 16)";
+    }
+    std::printf("  %s: %s\n", r.name().c_str(), line.substr(2).c_str());
+  }
+}
+
 int run_bench_engine(const bench_options& o) {
   auto lm = loaded_model::load(o.model);
   if (!lm) {
@@ -425,6 +460,7 @@ int run_bench_engine(const bench_options& o) {
       std::printf("%s: batch %d = %.2fx its batch 1 (median of %zu rounds' ratios: %s)\n", r.name().c_str(), b,
                   median(each), each.size(), rounds.c_str());
     }
+  print_floors(runs, llama);
   for (const auto& r : runs)
     for (const auto& pb : r.profiles) print_profile(r.name(), pb.batch, pb.profile, pb.step_seconds);
   std::printf("\npeak RSS: %.1f MiB\n", static_cast<double>(rss) / 1024.0);
