@@ -265,9 +265,12 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
   if (n_tok <= 0) return;
   if (then && !then->fn) then = nullptr;
   const std::function<void(int64_t)>* prologue = first && first->fn ? &first->fn : nullptr;
-  if (n_mat <= 0) {  // nothing reads x, but its rows are still ready on return
+  auto prologue_rows = [prologue](int64_t t0, int64_t t1) {
     if (prologue)
-      for (int64_t t = 0; t < n_tok; ++t) (*prologue)(t);
+      for (int64_t t = t0; t < t1; ++t) (*prologue)(t);
+  };
+  if (n_mat <= 0) {  // nothing reads x, but its rows are still ready on return
+    prologue_rows(0, n_tok);
     return;
   }
   if (!isa_supported(isa)) isa = isa_kind::scalar;
@@ -317,8 +320,7 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     total_rows = shared ? std::max(total_rows, w.n_out) : total_rows + w.n_out;
   }
   if (total_rows == 0) {
-    if (prologue)
-      for (int64_t t = 0; t < n_tok; ++t) (*prologue)(t);
+    prologue_rows(0, n_tok);
     return;
   }
   const int nth = total_rows * n_in * n_tok >= k_min_parallel_macs ? pool.size() : 1;
@@ -329,11 +331,9 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
   int64_t chunk = n_tok;
   if (!need_acts && prologue) {
     if (n_tok >= k_parallel_prologue_tokens && nth > 1) {
-      pool.parallel_for(n_tok, [prologue](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) (*prologue)(t);
-      });
+      pool.parallel_for(n_tok, [&prologue_rows](int64_t t0, int64_t t1) { prologue_rows(t0, t1); });
     } else {
-      for (int64_t t = 0; t < n_tok; ++t) (*prologue)(t);
+      prologue_rows(0, n_tok);
     }
   }
   if (need_acts) {

@@ -89,7 +89,8 @@ void store_head_t(const kv_layer_view& kv, const int32_t* block_table, int32_t p
   const int64_t row = off / kv.head_dim;  // q8: the row's scale
   if (kh) {
     float* ks = kv.k_scale ? kv.k_scale + row : nullptr;
-    if (kv.k_by_column && !std::is_same_v<E, f32_elems>) {  // the row as it would be stored, then each value into its column (kv.k_index)
+    // By column: the row as it would be stored, then each value into its column (kv.k_index).
+    if (kv.k_by_column && !std::is_same_v<E, f32_elems>) {
       thread_local std::vector<typename E::type> staged;
       staged.resize(static_cast<size_t>(kv.head_dim));
       E::store(staged.data(), kh, kv.head_dim, ks);
