@@ -27,34 +27,40 @@ constexpr int k_max_bucket = 256;
 
 std::string cuda_msg(const char* what, cudaError_t e) { return std::string(what) + ": " + cudaGetErrorString(e); }
 
-// Device memory owned by one pointer, freed on destruction.
-template <class T>
-struct dev_array {
+// Device memory (or, Pinned, page-locked host memory, which copies use truly asynchronously)
+// owned by one pointer, freed on destruction.
+template <class T, bool Pinned>
+struct cuda_array {
   T* p = nullptr;
   size_t n = 0;
-  dev_array() = default;
-  dev_array(const dev_array&) = delete;
-  dev_array& operator=(const dev_array&) = delete;
-  dev_array(dev_array&& o) noexcept : p(o.p), n(o.n) {
+  cuda_array() = default;
+  cuda_array(const cuda_array&) = delete;
+  cuda_array& operator=(const cuda_array&) = delete;
+  cuda_array(cuda_array&& o) noexcept : p(o.p), n(o.n) {
     o.p = nullptr;
     o.n = 0;
   }
-  ~dev_array() { reset(); }
+  ~cuda_array() { reset(); }
   void reset() {
-    if (p) cudaFree(p);
+    if (p) Pinned ? cudaFreeHost(p) : cudaFree(p);
     p = nullptr;
     n = 0;
   }
   cudaError_t alloc(size_t count) {
     reset();
     if (count == 0) return cudaSuccess;
-    cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&p), count * sizeof(T));
+    void** where = reinterpret_cast<void**>(&p);
+    cudaError_t e = Pinned ? cudaMallocHost(where, count * sizeof(T)) : cudaMalloc(where, count * sizeof(T));
     if (e == cudaSuccess) n = count;
     return e;
   }
   // Grows (contents lost) when smaller than count.
   cudaError_t reserve(size_t count) { return n >= count ? cudaSuccess : alloc(count); }
 };
+template <class T>
+using dev_array = cuda_array<T, false>;
+template <class T>
+using pinned_array = cuda_array<T, true>;
 
 // Per-step device buffers. The eager set grows on demand; the graph set is sized once for the
 // largest bucket, because captured graphs hold its pointers.
@@ -129,21 +135,25 @@ struct cuda_backend::impl {
   dev_array<uint16_t> k_cache, v_cache;  // [layer][block][kv_head][slot][head_dim]
 
   step_buffers eager, graph_buf;
-  std::map<int, cudaGraphExec_t> graphs;  // bucket -> captured decode step
+  // (bucket, block-table stride) -> captured decode step; see graph_stride().
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs;
   bool graph_ready = false;
+  std::string graph_error;  // why graphs were turned off, when a capture failed
 
   // Last step, for greedy_last().
   step_buffers* last_buf = nullptr;
   int last_rows = 0;
   cuda_step_timing timing;
 
-  // Pinned host staging.
-  int32_t* h_in = nullptr;
-  size_t h_in_cap = 0;
+  // Pinned host staging: step inputs, sampling arguments, sampled ids and logprobs.
+  pinned_array<int32_t> h_in, h_tok;
+  pinned_array<float> h_lp;
+  pinned_array<kernels::sample_args> h_args;
+  dev_array<kernels::sample_args> d_args;
 
   ~impl() {
-    for (auto& [b, g] : graphs) cudaGraphExecDestroy(g);
-    if (h_in) cudaFreeHost(h_in);
+    if (stream) cudaSetDevice(copt.device);
+    for (auto& [key, g] : graphs) cudaGraphExecDestroy(g);
     if (ev_start) cudaEventDestroy(ev_start);
     if (ev_stop) cudaEventDestroy(ev_stop);
     if (blas) cublasDestroy(blas);
@@ -162,8 +172,12 @@ struct cuda_backend::impl {
   status linear(step_buffers& sb, const uint16_t* w, int n_out, int n_in, const uint16_t* x, int T, float* y,
                 bool accumulate);
   status enqueue_step(step_buffers& sb, int T, int n_out, int max_blocks);
-  status ensure_graph(int bucket);
-  status stage_inputs(size_t n);
+  int graph_stride(size_t max_blocks) const;
+  status ensure_graph(int bucket, int stride);
+  // The device is per host thread: every entry point selects it (a no-op when already current).
+  status use_device() const;
+  // Copies rows' sampled ids and logprobs (sb.greedy, sb.logprob) back through pinned memory.
+  result<std::vector<model::token_logprob>> copy_back_samples(step_buffers& sb, int rows);
 };
 
 namespace {
@@ -322,29 +336,34 @@ status cuda_backend::impl::enqueue_step(step_buffers& sb, int T, int n_out, int 
   return {};
 }
 
-status cuda_backend::impl::stage_inputs(size_t n) {
-  if (n <= h_in_cap) return {};
-  if (h_in) cudaFreeHost(h_in);
-  h_in = nullptr;
-  h_in_cap = 0;
-  TROUPE_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&h_in), n * sizeof(int32_t)));
-  h_in_cap = n;
+status cuda_backend::impl::use_device() const {
+  TROUPE_CUDA_TRY(cudaSetDevice(copt.device));
   return {};
 }
 
-status cuda_backend::impl::ensure_graph(int bucket) {
-  if (graphs.count(bucket)) return {};
+// Graph steps lay block tables out with a stride of the next power of two at or above the step's
+// longest table (at least 8 blocks, at most the context): a step copies tables of the size its
+// sequences need, not of the whole context, for at most log2(context) graphs per bucket.
+int cuda_backend::impl::graph_stride(size_t max_blocks) const {
+  int s = 8;
+  while (static_cast<size_t>(s) < max_blocks) s *= 2;
+  return std::min(s, graph_max_blocks);
+}
+
+status cuda_backend::impl::ensure_graph(int bucket, int stride) {
+  if (graphs.count({bucket, stride})) return {};
   const auto& p = hp();
   TROUPE_CUDA_TRY(graph_buf.reserve(p, k_max_bucket, k_max_bucket, static_cast<size_t>(k_max_bucket) * graph_max_blocks));
   if (!graph_ready) {
     std::vector<int32_t> rows(k_max_bucket);
     for (int i = 0; i < k_max_bucket; ++i) rows[static_cast<size_t>(i)] = i;
-    TROUPE_CUDA_TRY(cudaMemcpy(graph_buf.rows.p, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+    TROUPE_CUDA_TRY(cudaMemcpyAsync(graph_buf.rows.p, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, stream));
+    TROUPE_CUDA_TRY(cudaStreamSynchronize(stream));
     graph_ready = true;
   }
   cudaGraph_t g = nullptr;
   TROUPE_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const status s = enqueue_step(graph_buf, bucket, bucket, graph_max_blocks);
+  const status s = enqueue_step(graph_buf, bucket, bucket, stride);
   const cudaError_t e = cudaStreamEndCapture(stream, &g);
   if (!s) {
     if (g) cudaGraphDestroy(g);
@@ -355,7 +374,7 @@ status cuda_backend::impl::ensure_graph(int bucket) {
   const cudaError_t ie = cudaGraphInstantiate(&exec, g, 0);
   cudaGraphDestroy(g);
   TROUPE_CUDA_TRY(ie);
-  graphs[bucket] = exec;
+  graphs[{bucket, stride}] = exec;
   return {};
 }
 
@@ -376,6 +395,7 @@ size_t cuda_backend::kv_bytes_per_token() const {
   return static_cast<size_t>(p.n_kv_dim()) * p.n_layer * 2 * 2;
 }
 void cuda_backend::set_graphs(bool on) { impl_->copt.graphs = on; }
+const std::string& cuda_backend::graph_error() const { return impl_->graph_error; }
 const cuda_step_timing& cuda_backend::last_timing() const { return impl_->timing; }
 
 result<std::unique_ptr<cuda_backend>> cuda_backend::create(std::shared_ptr<llama_model> m, const backend_options& o,
@@ -426,6 +446,9 @@ result<std::unique_ptr<cuda_backend>> cuda_backend::create(std::shared_ptr<llama
   TROUPE_CUDA_TRY(p->v_cache.alloc(kv_elems));
   TROUPE_CUDA_TRY(cudaMemset(p->k_cache.p, 0, kv_elems * 2));
   TROUPE_CUDA_TRY(cudaMemset(p->v_cache.p, 0, kv_elems * 2));
+  // The uploads and memsets ran on the legacy default stream, which the non-blocking compute
+  // stream does not wait for (and cudaMemset returns before it is done): finish them here.
+  TROUPE_CUDA_TRY(cudaDeviceSynchronize());
   return std::unique_ptr<cuda_backend>(new cuda_backend(std::move(p)));
 }
 
@@ -455,6 +478,7 @@ result<model::batch_logits> cuda_backend::run_step(const model::batch& b, bool c
   auto& I = *impl_;
   const auto t0 = std::chrono::steady_clock::now();
   if (auto s = I.validate(b); !s) return make_error(s.error());
+  if (auto s = I.use_device(); !s) return make_error(s.error());
   const auto& p = I.hp();
   model::batch_logits out;
   out.n_vocab = p.n_vocab;
@@ -469,27 +493,33 @@ result<model::batch_logits> cuda_backend::run_step(const model::batch& b, bool c
   }
   const int n_seqs = static_cast<int>(b.seqs.size());
   const int bucket = decode_bucket(n_seqs);
-  const bool use_graph = I.copt.graphs && all_decode && bucket > 0 &&
-                         static_cast<int64_t>(max_blocks) <= I.graph_max_blocks;
+  bool use_graph = I.copt.graphs && all_decode && bucket > 0 && static_cast<int64_t>(max_blocks) <= I.graph_max_blocks;
+  const int graph_stride = I.graph_stride(max_blocks);
   if (use_graph)
-    if (auto s = I.ensure_graph(bucket); !s) return make_error("capturing a decode graph: " + s.error());
+    if (auto s = I.ensure_graph(bucket, graph_stride); !s) {
+      // Serving goes on eagerly; graph_error() says why (the GPU check prints it).
+      I.graph_error = "capturing the decode graph of bucket " + std::to_string(bucket) + ": " + s.error();
+      I.copt.graphs = false;
+      use_graph = false;
+      cudaGetLastError();  // a failed capture's error is not this step's
+    }
 
   // Inputs, laid out in one pinned buffer: tokens, pos, seq, rows, tables.
   const int T_run = use_graph ? bucket : T;
-  const int stride = use_graph ? I.graph_max_blocks : static_cast<int>(max_blocks);
+  const int stride = use_graph ? graph_stride : static_cast<int>(max_blocks);
   int n_out = 0;
   for (const auto& s : b.seqs)
     if (s.want_logits) ++n_out;
   const int n_out_run = use_graph ? bucket : n_out;
   const size_t n_tab = static_cast<size_t>(use_graph ? bucket : n_seqs) * stride;
   const size_t n_in = static_cast<size_t>(3) * T_run + n_out_run + n_tab;
-  if (auto s = I.stage_inputs(n_in); !s) return make_error(s.error());
-  int32_t* tok = I.h_in;
+  if (cudaError_t e = I.h_in.reserve(n_in); e != cudaSuccess) return make_error(cuda_msg("staging step inputs", e));
+  int32_t* tok = I.h_in.p;
   int32_t* pos = tok + T_run;
   int32_t* seq = pos + T_run;
   int32_t* rws = seq + T_run;
   int32_t* tab = rws + n_out_run;
-  std::fill(I.h_in, I.h_in + n_in, 0);
+  std::fill(I.h_in.p, I.h_in.p + n_in, 0);
   {
     int t = 0, r = 0;
     for (int si = 0; si < n_seqs; ++si) {
@@ -523,7 +553,7 @@ result<model::batch_logits> cuda_backend::run_step(const model::batch& b, bool c
     return make_error(cuda_msg("copying step inputs", cudaGetLastError()));
 
   if (use_graph) {
-    if (cudaError_t e = cudaGraphLaunch(I.graphs[bucket], I.stream); e != cudaSuccess)
+    if (cudaError_t e = cudaGraphLaunch(I.graphs[{bucket, graph_stride}], I.stream); e != cudaSuccess)
       return make_error(cuda_msg("cudaGraphLaunch", e));
   } else {
     if (auto s = I.enqueue_step(sb, T, n_out, static_cast<int>(max_blocks)); !s) return make_error(s.error());
@@ -546,20 +576,29 @@ result<model::batch_logits> cuda_backend::run_step(const model::batch& b, bool c
   return out;
 }
 
+result<std::vector<model::token_logprob>> cuda_backend::impl::copy_back_samples(step_buffers& sb, int rows) {
+  TROUPE_CUDA_TRY(cudaGetLastError());  // the sampling kernel's launch
+  TROUPE_CUDA_TRY(h_tok.reserve(static_cast<size_t>(rows)));
+  TROUPE_CUDA_TRY(h_lp.reserve(static_cast<size_t>(rows)));
+  TROUPE_CUDA_TRY(cudaMemcpyAsync(h_tok.p, sb.greedy.p, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost, stream));
+  TROUPE_CUDA_TRY(cudaMemcpyAsync(h_lp.p, sb.logprob.p, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost, stream));
+  TROUPE_CUDA_TRY(cudaStreamSynchronize(stream));
+  std::vector<model::token_logprob> out;
+  for (int i = 0; i < rows; ++i) {
+    if (h_tok.p[i] < 0) return make_error("logits row " + std::to_string(i) + " has no finite value to sample from");
+    out.push_back({h_tok.p[i], h_lp.p[i]});
+  }
+  return out;
+}
+
 result<std::vector<model::token_logprob>> cuda_backend::greedy_last() {
   auto& I = *impl_;
-  std::vector<model::token_logprob> out;
-  if (!I.last_buf || I.last_rows == 0) return out;
+  if (!I.last_buf || I.last_rows == 0) return std::vector<model::token_logprob>{};
+  if (auto s = I.use_device(); !s) return make_error(s.error());
   auto& sb = *I.last_buf;
   kernels::greedy_kernel<<<I.last_rows, kernels::k_block, 0, I.stream>>>(sb.logits.p, I.hp().n_vocab, sb.greedy.p,
                                                                          sb.logprob.p);
-  std::vector<int32_t> tok(static_cast<size_t>(I.last_rows));
-  std::vector<float> lp(static_cast<size_t>(I.last_rows));
-  TROUPE_CUDA_TRY(cudaMemcpyAsync(tok.data(), sb.greedy.p, tok.size() * 4, cudaMemcpyDeviceToHost, I.stream));
-  TROUPE_CUDA_TRY(cudaMemcpyAsync(lp.data(), sb.logprob.p, lp.size() * 4, cudaMemcpyDeviceToHost, I.stream));
-  TROUPE_CUDA_TRY(cudaStreamSynchronize(I.stream));
-  for (size_t i = 0; i < tok.size(); ++i) out.push_back({tok[i], lp[i]});
-  return out;
+  return I.copy_back_samples(sb, I.last_rows);
 }
 
 result<std::vector<model::token_logprob>> cuda_backend::sample_last(const std::vector<model::sampling_params>& ps,
@@ -586,25 +625,21 @@ result<std::vector<model::token_logprob>> cuda_backend::sample_last(const std::v
     args[i] = {greedy ? 1.0f : ps[i].temperature, greedy ? 1 : ps[i].top_k, greedy ? 1.0f : ps[i].top_p, ps[i].seed,
                n_generated[i]};
   }
+  if (auto s = I.use_device(); !s) return make_error(s.error());
   auto& sb = *I.last_buf;
   const int n_vocab = I.hp().n_vocab;
-  dev_array<kernels::sample_args> d_args;
-  TROUPE_CUDA_TRY(d_args.alloc(args.size()));
+  // Arguments through pinned staging into a kept device buffer: nothing is allocated per step
+  // once the largest batch has been seen (cudaFree would synchronize the whole device).
+  TROUPE_CUDA_TRY(I.h_args.reserve(args.size()));
+  TROUPE_CUDA_TRY(I.d_args.reserve(args.size()));
+  std::copy(args.begin(), args.end(), I.h_args.p);
   // The split-GEMM scratch is free between steps and holds at least rows x n_vocab floats.
   TROUPE_CUDA_TRY(sb.acc.reserve(static_cast<size_t>(I.last_rows) * n_vocab));
-  TROUPE_CUDA_TRY(cudaMemcpyAsync(d_args.p, args.data(), args.size() * sizeof(args[0]), cudaMemcpyHostToDevice,
+  TROUPE_CUDA_TRY(cudaMemcpyAsync(I.d_args.p, I.h_args.p, args.size() * sizeof(args[0]), cudaMemcpyHostToDevice,
                                   I.stream));
   kernels::sample_topk_kernel<<<I.last_rows, kernels::k_block, 0, I.stream>>>(sb.logits.p, sb.acc.p, n_vocab,
-                                                                              d_args.p, sb.greedy.p, sb.logprob.p);
-  TROUPE_CUDA_TRY(cudaGetLastError());
-  std::vector<int32_t> tok(static_cast<size_t>(I.last_rows));
-  std::vector<float> lp(static_cast<size_t>(I.last_rows));
-  TROUPE_CUDA_TRY(cudaMemcpyAsync(tok.data(), sb.greedy.p, tok.size() * 4, cudaMemcpyDeviceToHost, I.stream));
-  TROUPE_CUDA_TRY(cudaMemcpyAsync(lp.data(), sb.logprob.p, lp.size() * 4, cudaMemcpyDeviceToHost, I.stream));
-  TROUPE_CUDA_TRY(cudaStreamSynchronize(I.stream));
-  std::vector<model::token_logprob> out;
-  for (size_t i = 0; i < tok.size(); ++i) out.push_back({tok[i], lp[i]});
-  return out;
+                                                                              I.d_args.p, sb.greedy.p, sb.logprob.p);
+  return I.copy_back_samples(sb, I.last_rows);
 }
 
 model::backend_factory cuda_backend_factory() {

@@ -9,6 +9,7 @@
 // This header has no CUDA include, so host code (the check, tests) uses it with a plain compiler.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/backend.hpp"
@@ -56,6 +57,9 @@ class cuda_backend : public model::backend {
                                                             const std::vector<model::row_sampling>& rows) override;
 
   void set_graphs(bool on);
+  // Empty unless a graph capture failed; graphs are then off (decode runs eagerly) until
+  // set_graphs(true) tries again.
+  const std::string& graph_error() const;
   const cuda_step_timing& last_timing() const;
   // Greedy tokens and their logprobs for the rows of the last forward(), chosen on the device
   // (only ids and logprobs cross the bus).

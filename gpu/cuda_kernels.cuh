@@ -33,13 +33,13 @@ __device__ __forceinline__ float block_sum(float v) {
   return warp_sum(v);
 }
 
-// Writes GEMM input element i of row r: fp16, plus its low part split rows further down when
-// split > 0 (see math::split_half).
+// Writes GEMM input element i of row r: fp16 (saturated, see math::split_half), plus its low part
+// split rows further down when split > 0.
 __device__ __forceinline__ void put_gemm_input(uint16_t* y, int64_t row_len, int r, int i, int split, float x) {
   if (split > 0) {
     m::split_half(x, y + static_cast<int64_t>(r) * row_len + i, y + static_cast<int64_t>(split + r) * row_len + i);
   } else {
-    y[static_cast<int64_t>(r) * row_len + i] = m::float_to_half(x);
+    y[static_cast<int64_t>(r) * row_len + i] = m::gemm_input_half(x);
   }
 }
 
@@ -244,7 +244,9 @@ __global__ void sample_topk_kernel(const float* logits, float* scratch, int n_vo
   __shared__ float top_v[k_max_device_top_k];
   __shared__ int32_t top_i[k_max_device_top_k];
   __shared__ double prob[k_max_device_top_k];
+  __shared__ int n_top;
   const int k = a.top_k < n_vocab ? a.top_k : n_vocab;
+  if (threadIdx.x == 0) n_top = 0;
   __syncthreads();
   for (int r = 0; r < k; ++r) {
     float bv = 0.0f;
@@ -259,19 +261,31 @@ __global__ void sample_topk_kernel(const float* logits, float* scratch, int n_vo
         m::argmax_combine(&s_v[threadIdx.x], &s_i[threadIdx.x], s_v[threadIdx.x + stride], s_i[threadIdx.x + stride]);
       __syncthreads();
     }
+    // Fewer than k finite logits (the rest -inf): the candidates end here. Every thread reads
+    // s_i[0] before thread 0 can change it, so the break is uniform.
+    if (s_i[0] < 0) break;
+    __syncthreads();
     if (threadIdx.x == 0) {
       top_v[r] = s_v[0];
       top_i[r] = s_i[0];
       c[s_i[0]] = -INFINITY;
+      n_top = r + 1;
     }
     __syncthreads();
+  }
+  if (n_top == 0) {  // every logit -inf (or NaN): nothing to draw from
+    if (threadIdx.x == 0) {
+      token[blockIdx.x] = -1;
+      logprob[blockIdx.x] = -INFINITY;
+    }
+    return;
   }
   const float mx = top_v[0];
   float z = 0.0f;
   for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) z += expf(l[i] - mx);
   z = block_sum(z);
   if (threadIdx.x == 0) {
-    const int pick = m::pick_from_sorted(top_v, k, a.temperature, a.top_p, m::uniform01(a.seed, a.n_generated), prob);
+    const int pick = m::pick_from_sorted(top_v, n_top, a.temperature, a.top_p, m::uniform01(a.seed, a.n_generated), prob);
     token[blockIdx.x] = top_i[pick];
     logprob[blockIdx.x] = top_v[pick] - mx - logf(z);
   }

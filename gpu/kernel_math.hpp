@@ -80,9 +80,21 @@ TROUPE_HD uint16_t float_to_half(float f) {
 // fp16 inputs and fp32 accumulation then sees f32-accurate activations, for the price of twice
 // the columns (nearly free in memory-bound decode). This is what keeps greedy tokens equal to the
 // f32 cpu backend's on random-weight models, whose top logits are often nearly tied.
+//
+// GEMM inputs saturate at the largest half (65504) instead of rounding to inf: the cpu backend
+// keeps f32 activations, and an inf hi with a -inf lo would put NaN into every output of the row
+// (SwiGLU outputs of some checkpoints reach the thousands). NaN stays NaN. Split, values up to
+// 2 x 65504 are still exact to about 2^-11 absolute, larger ones clamp there.
+TROUPE_HD float saturate_half_range(float x) {
+  constexpr float k_max_half = 65504.0f;
+  return x > k_max_half ? k_max_half : x < -k_max_half ? -k_max_half : x;
+}
+
+TROUPE_HD uint16_t gemm_input_half(float x) { return float_to_half(saturate_half_range(x)); }
+
 TROUPE_HD void split_half(float x, uint16_t* hi, uint16_t* lo) {
-  *hi = float_to_half(x);
-  *lo = float_to_half(x - half_to_float(*hi));
+  *hi = gemm_input_half(x);
+  *lo = gemm_input_half(x - half_to_float(*hi));
 }
 
 TROUPE_HD float kv_load(const uint16_t* p) { return half_to_float(*p); }

@@ -69,6 +69,30 @@ TEST(KernelMath, SplitHalfKeepsFloatAccuracy) {
   }
 }
 
+// Activations beyond fp16's range enter a GEMM clamped, never as inf (+ -inf = NaN in every
+// output of the row): exact up to 2 x 65504 when split, clamped there; plain inputs clamp at 65504.
+TEST(KernelMath, GemmInputsSaturateInsteadOfOverflowing) {
+  for (float x : {65504.0f, 65519.0f, 65520.0f, 70000.5f, 100000.0f, 131008.0f}) {
+    for (float v : {x, -x}) {
+      uint16_t hi, lo;
+      m::split_half(v, &hi, &lo);
+      const float sum = m::half_to_float(hi) + m::half_to_float(lo);
+      EXPECT_TRUE(std::isfinite(sum)) << v;
+      EXPECT_LE(std::fabs(sum - v), 0.5f) << v;
+      EXPECT_EQ(m::half_to_float(m::gemm_input_half(v)), v > 0 ? 65504.0f : -65504.0f) << v;
+    }
+  }
+  for (float v : {1e6f, INFINITY, -1e9f, -INFINITY}) {
+    uint16_t hi, lo;
+    m::split_half(v, &hi, &lo);
+    EXPECT_EQ(std::fabs(m::half_to_float(hi) + m::half_to_float(lo)), 131008.0f) << v;
+  }
+  uint16_t hi, lo;
+  m::split_half(NAN, &hi, &lo);
+  EXPECT_TRUE(std::isnan(m::half_to_float(hi)));
+  EXPECT_EQ(m::half_to_float(m::gemm_input_half(-3.25f)), -3.25f);
+}
+
 TEST(KernelMath, RmsNormMatchesCpu) {
   std::mt19937 rng(2);
   for (int n : {64, 576, 2048, 4096}) {
