@@ -45,7 +45,17 @@ struct bench_options {
   bool skip_llama = false;
   std::string matmul = "both";
   std::string kv = "both";  // f16, q8 or both (q8: one more run, in the fast order when it runs)
+  // How the decode tests sample (greedy by default, as llama.cpp's benches do); each request
+  // draws with its own seed.
+  sampling_params sampling;
 };
+
+// The sampling of the decode tests' request number i.
+sampling_params request_sampling(const bench_options& o, int i) {
+  sampling_params s = o.sampling;
+  s.seed = 7919 + static_cast<uint64_t>(i);
+  return s;
+}
 
 std::string fixed2(double x) {
   char buf[32];
@@ -200,6 +210,7 @@ result<double> batched_decode(backend& be, const bench_options& o, int b, kv_usa
     generation_request req;
     req.prompt = random_prompt(o.batch_prompt, be.params().n_vocab, 1000 + static_cast<uint32_t>(i));
     req.max_tokens = o.batch_gen;
+    req.sampling = request_sampling(o, i);
     reqs.push_back(req);
   }
   generation_stats st;
@@ -236,6 +247,7 @@ result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmu
     generation_request req;
     req.prompt = random_prompt(16, hp.n_vocab, 100 + static_cast<uint32_t>(r));
     req.max_tokens = o.decode_tokens + 1;
+    req.sampling = request_sampling(o, r);
     generation_stats st;
     if (auto e = first_error(gen.run({req}, &st), "decode"); !e) return make_error(e.error());
     f.tg.push_back(static_cast<double>(st.decode_steps) / st.decode_seconds);
@@ -370,6 +382,10 @@ int run_bench_engine(const bench_options& o) {
     std::fprintf(stderr, "troupe bench engine: --matmul must be both, fast or llama.cpp, not '%s'\n", o.matmul.c_str());
     return 1;
   }
+  if (auto s = o.sampling.validate(); !s) {
+    std::fprintf(stderr, "troupe bench engine: %s\n", s.error().c_str());
+    return 1;
+  }
   if (o.kv != "f16" && o.kv != "q8" && o.kv != "both") {
     std::fprintf(stderr, "troupe bench engine: --kv must be f16, q8 or both, not '%s'\n", o.kv.c_str());
     return 1;
@@ -421,6 +437,10 @@ int run_bench_engine(const bench_options& o) {
 
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   std::printf("\n## troupe bench engine — %s, %d threads, matmul path %s\n\n", lm.value()->id.c_str(), threads, matmul_isa());
+  if (o.sampling.temperature > 0.0f)
+    std::printf("Decode tests sample at temperature %.2f, top_k %d, top_p %.2f (a seed per request); llama.cpp's "
+                "benches do not sample.\n\n",
+                static_cast<double>(o.sampling.temperature), o.sampling.top_k, static_cast<double>(o.sampling.top_p));
   std::string head = "| test |", rule = "|---|";
   for (const auto& r : runs) {
     head += " troupe (" + r.name() + ") |";
@@ -490,6 +510,9 @@ troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, b
                                    sub.add_option("--batch-gen", o->batch_gen, "Generated tokens per sequence in batched decode (the first comes from prefill)")->check(CLI::Range(2, 1 << 20))->capture_default_str();
                                    sub.add_option("--kv", o->kv, "K/V memory: f16, q8 or both (q8 once, in the fast order when it runs)")->capture_default_str();
                                    sub.add_flag("--skip-llama", o->skip_llama, "Do not run llama.cpp");
+                                   sub.add_option("--temperature", o->sampling.temperature, "Decode tests sample at this temperature (0 = greedy)")->capture_default_str();
+                                   sub.add_option("--top-k", o->sampling.top_k, "Decode tests keep the top k candidates (0 = all)")->capture_default_str();
+                                   sub.add_option("--top-p", o->sampling.top_p, "Decode tests keep the top p of the probability mass (1 = all)")->capture_default_str();
                                    return [o]() { return run_bench_engine(*o); };
                                  });
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
+#include <map>
 #include <unordered_map>
 
 #include "model/cpu_ops.hpp"
@@ -28,6 +28,155 @@ double uniform(uint64_t seed, int64_t n) {
 struct candidate {
   int32_t id;
   float logit;
+};
+
+// Rank order: the higher logit first, then the lower id (llama.cpp's and the device's order).
+bool ranks_before(const candidate& a, const candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+// The k candidates that rank first, in rank order, without sorting the vocabulary: one pass keeps
+// those above the current k-th best in a small buffer, trimmed back to k when it fills. Ids grow
+// along the pass, so a later logit equal to the k-th best never ranks before it and `>` decides.
+// A pass over n logits pushes about k ln(n / k) of them (top_k 40 of 49152 logits: ~50 us a row
+// with the log-softmax, where partial_sort took ~120 us).
+void top_candidates(const float* l, int32_t n, int32_t k, std::vector<candidate>& out) {
+  out.clear();
+  if (k >= n) {
+    for (int32_t i = 0; i < n; ++i) out.push_back({i, l[i]});
+    std::sort(out.begin(), out.end(), ranks_before);
+    return;
+  }
+  const size_t cap = std::max<size_t>(4 * static_cast<size_t>(k), 256);
+  out.reserve(cap + 1);
+  auto trim = [&] {
+    std::nth_element(out.begin(), out.begin() + (k - 1), out.end(), ranks_before);
+    out.resize(static_cast<size_t>(k));
+    return out.back().logit;  // the k-th best: nth_element leaves it last
+  };
+  for (int32_t i = 0; i < k; ++i) out.push_back({i, l[i]});
+  float kth = trim();
+  for (int32_t i = k; i < n; ++i) {
+    if (l[i] > kth) {
+      out.push_back({i, l[i]});
+      if (out.size() >= cap) kth = trim();
+    }
+  }
+  if (out.size() > static_cast<size_t>(k)) trim();
+  std::sort(out.begin(), out.end(), ranks_before);
+}
+
+// Where a draw lands among ranked candidates by the sampler's rule: weights w (unnormalised
+// probabilities at the temperature, in rank order) over `mass`, min_p against the first, top_p
+// over the cumulative share, then the draw u in [0, 1) over the share that is kept.
+size_t pick_ranked(const std::vector<double>& w, double mass, const sampling_params& p, double u) {
+  size_t n = w.size();
+  if (p.min_p > 0.0f) {
+    size_t keep = 1;
+    while (keep < n && w[keep] / mass >= p.min_p * (w[0] / mass)) ++keep;
+    n = keep;
+  }
+  if (p.top_p < 1.0f) {
+    double acc = 0.0;
+    size_t keep = 0;
+    while (keep < n) {
+      acc += w[keep++] / mass;
+      if (acc >= p.top_p) break;
+    }
+    n = std::max<size_t>(keep, 1);
+  }
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) total += w[i] / mass;
+  double left = u * total;
+  for (size_t i = 0; i < n; ++i) {
+    left -= w[i] / mass;
+    if (left < 0) return i;
+  }
+  return n - 1;
+}
+
+// The whole vocabulary in rank order without sorting it. Logits fall into buckets by their
+// distance below the maximum (bucket 0 holds it; the last bucket everything from 32 temperatures
+// down, whose weights are below e^-32), so each bucket is a contiguous run of the ranking with its
+// weight summed in one pass; walking the ranking visits the buckets in order and sorts only the
+// one where the running share crosses what is looked for. O(n) however flat the distribution:
+// the draw of a near-uniform row no longer sorts 49152 candidates.
+class ranked_vocabulary {
+ public:
+  static constexpr int k_buckets = 1024;
+
+  ranked_vocabulary(const float* l, const float* w, int32_t n, float mx, float temperature, double mass)
+      : l_(l), w_(w), n_(n), mass_(mass), bucket_of_(static_cast<size_t>(n)) {
+    const float per = static_cast<float>(k_buckets) / (32.0f * temperature);
+    weight_.assign(k_buckets, 0.0);
+    count_.assign(k_buckets, 0);
+    for (int32_t i = 0; i < n; ++i) {
+      const float d = (mx - l[i]) * per;  // NaN and -inf logits go to the last bucket
+      const int b = d < static_cast<float>(k_buckets - 1) ? static_cast<int>(d) : k_buckets - 1;
+      bucket_of_[static_cast<size_t>(i)] = static_cast<uint16_t>(b);
+      weight_[static_cast<size_t>(b)] += static_cast<double>(w[i]);
+      ++count_[static_cast<size_t>(b)];
+    }
+  }
+
+  // A place in the ranking: bucket, index in the bucket's ranked candidates.
+  struct place {
+    int bucket = 0;
+    size_t index = 0;
+  };
+
+  // The first place whose running share (w / mass summed from the top, itself included) reaches
+  // `target` (>= when inclusive, else >), walking no further than `limit`; the limit (or the
+  // last candidate) when rounding leaves the share short. `share` gets the running share there.
+  place find(double target, bool inclusive, const place* limit, double* share) {
+    double acc = 0.0;
+    int last_bucket = -1;  // the last non-empty bucket walked past (for the rounding fallback)
+    auto reached = [&](double a) { return inclusive ? a >= target : a > target; };
+    for (int b = 0; b < k_buckets; ++b) {
+      if (count_[static_cast<size_t>(b)] == 0) continue;
+      const bool at_limit_bucket = limit && limit->bucket == b;
+      const double bucket_share = weight_[static_cast<size_t>(b)] / mass_;
+      if (!at_limit_bucket && !reached(acc + bucket_share)) {
+        acc += bucket_share;
+        last_bucket = b;
+        continue;
+      }
+      const auto& c = ranked(b);
+      for (size_t i = 0; i < c.size(); ++i) {
+        acc += static_cast<double>(w_[c[i].id]) / mass_;
+        if (reached(acc) || (at_limit_bucket && i == limit->index)) {
+          *share = acc;
+          return {b, i};
+        }
+      }
+      last_bucket = b;  // rounding: the bucket's sum reached the target, its elements did not
+    }
+    *share = acc;
+    return {last_bucket, ranked(last_bucket).size() - 1};
+  }
+
+  int32_t id(const place& p) { return ranked(p.bucket)[p.index].id; }
+
+ private:
+  // Bucket b's candidates in rank order, gathered and sorted on first use.
+  const std::vector<candidate>& ranked(int b) {
+    auto& c = sorted_[b];
+    if (c.empty()) {
+      for (int32_t i = 0; i < n_; ++i)
+        if (bucket_of_[static_cast<size_t>(i)] == b) c.push_back({i, l_[i]});
+      std::sort(c.begin(), c.end(), ranks_before);
+    }
+    return c;
+  }
+
+  const float* l_;
+  const float* w_;
+  int32_t n_;
+  double mass_;
+  std::vector<uint16_t> bucket_of_;
+  std::vector<double> weight_;
+  std::vector<uint32_t> count_;
+  std::map<int, std::vector<candidate>> sorted_;
 };
 
 }  // namespace
@@ -80,66 +229,70 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
   const float log_z = mx + static_cast<float>(std::log(z));
 
   sample_result r;
+  thread_local std::vector<candidate> c;
   if (p.n_logprobs > 0) {
-    std::vector<int32_t> idx(static_cast<size_t>(n_vocab));
-    std::iota(idx.begin(), idx.end(), 0);
-    const auto k = std::min<size_t>(static_cast<size_t>(p.n_logprobs), idx.size());
-    std::partial_sort(idx.begin(), idx.begin() + static_cast<long>(k), idx.end(),
-                      [&](int32_t a, int32_t b) {
-                        const float la = l[a], lb = l[b];
-                        return la > lb || (la == lb && a < b);
-                      });
-    for (size_t i = 0; i < k; ++i) r.top.push_back({idx[i], l[idx[i]] - log_z});
+    top_candidates(l, n_vocab, std::min(p.n_logprobs, n_vocab), c);
+    for (const auto& x : c) r.top.push_back({x.id, x.logit - log_z});
   }
-
   if (p.temperature <= 0.0f) {
     // Greedy; ties go to the lowest id, as in llama.cpp.
     r.token = best;
     r.logprob = mx - log_z;
     return r;
   }
-
-  std::vector<candidate> c(static_cast<size_t>(n_vocab));
-  for (int32_t i = 0; i < n_vocab; ++i) c[static_cast<size_t>(i)] = {i, l[i]};
-  auto by_logit = [](const candidate& a, const candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
-  size_t n = c.size();
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < n) {
-    std::partial_sort(c.begin(), c.begin() + p.top_k, c.end(), by_logit);
-    n = static_cast<size_t>(p.top_k);
-  } else {
-    std::sort(c.begin(), c.end(), by_logit);
-  }
-  // Probabilities at the requested temperature over the kept candidates.
-  std::vector<double> pr(n);
-  double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    pr[i] = std::exp(static_cast<double>(c[i].logit - c[0].logit) / p.temperature);
-    sum += pr[i];
-  }
-  for (auto& x : pr) x /= sum;
-  if (p.min_p > 0.0f) {
-    size_t keep = 1;
-    while (keep < n && pr[keep] >= p.min_p * pr[0]) ++keep;
-    n = keep;
-  }
-  if (p.top_p < 1.0f) {
-    double acc = 0.0;
-    size_t keep = 0;
-    while (keep < n) {
-      acc += pr[keep++];
-      if (acc >= p.top_p) break;
+  const double u = uniform(p.seed, n_generated);
+  thread_local std::vector<double> w;
+  size_t pick = 0;
+  if (p.top_k > 0 && p.top_k < n_vocab) {
+    // Top-k: the k best, weighed relative to the first (as the device sampler does,
+    // gpu/kernel_math.hpp pick_from_sorted).
+    top_candidates(l, n_vocab, p.top_k, c);
+    w.resize(c.size());
+    double sum = 0.0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      w[i] = std::exp(static_cast<double>(c[i].logit - c[0].logit) / p.temperature);
+      sum += w[i];
     }
-    n = std::max<size_t>(keep, 1);
-  }
-  double total = 0.0;
-  for (size_t i = 0; i < n; ++i) total += pr[i];
-  double u = uniform(p.seed, n_generated) * total;
-  size_t pick = n - 1;
-  for (size_t i = 0; i < n; ++i) {
-    u -= pr[i];
-    if (u < 0) {
-      pick = i;
-      break;
+    pick = pick_ranked(w, sum, p, u);
+  } else {
+    // The whole vocabulary: weights exp((l - max) / t) for every logit in one vectorised pass
+    // (float exps summed in double, as the log-softmax), their sum normalising; then min_p's
+    // survivors ranked, or the ranking walked bucket by bucket (ranked_vocabulary).
+    thread_local std::vector<float> scaled, et;
+    const float* wl = e.data();  // temperature 1: the log-softmax's own exps
+    double mass = z;
+    if (p.temperature != 1.0f) {
+      const float inv_t = 1.0f / p.temperature;
+      if (scaled.size() < static_cast<size_t>(n_vocab)) {
+        scaled.resize(static_cast<size_t>(n_vocab));
+        et.resize(static_cast<size_t>(n_vocab));
+      }
+      for (int32_t i = 0; i < n_vocab; ++i) scaled[static_cast<size_t>(i)] = l[i] * inv_t;
+      mass = exp_sum(scaled.data(), mx * inv_t, et.data(), n_vocab);
+      wl = et.data();
+    }
+    if (p.min_p > 0.0f) {
+      // min_p keeps the candidates within a factor of the best: gathered and ranked directly
+      // (few, unless the row is flat), then the prefix rule as with top_k.
+      const double floor_share = p.min_p * (static_cast<double>(wl[best]) / mass);
+      c.clear();
+      for (int32_t i = 0; i < n_vocab; ++i)
+        if (static_cast<double>(wl[i]) / mass >= floor_share) c.push_back({i, l[i]});
+      std::sort(c.begin(), c.end(), ranks_before);
+      w.resize(c.size());
+      for (size_t i = 0; i < c.size(); ++i) w[i] = static_cast<double>(wl[c[i].id]);
+      pick = pick_ranked(w, mass, p, u);
+    } else {
+      ranked_vocabulary rv(l, wl, n_vocab, mx, p.temperature, mass);
+      double kept = 1.0;  // the share the draw runs over: everything, or top_p's prefix
+      ranked_vocabulary::place cut;
+      const bool has_cut = p.top_p < 1.0f;
+      if (has_cut) cut = rv.find(p.top_p, true, nullptr, &kept);
+      double share = 0.0;
+      const auto at = rv.find(u * kept, false, has_cut ? &cut : nullptr, &share);
+      r.token = rv.id(at);
+      r.logprob = l[r.token] - log_z;
+      return r;
     }
   }
   r.token = c[pick].id;
