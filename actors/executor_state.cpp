@@ -77,8 +77,42 @@ step_result executor_state::run(const step_plan& plan) {
 
   const auto t1 = std::chrono::steady_clock::now();
   const int32_t n_vocab = out->n_vocab;
+  // The rows to sample, then their samples: rows that cost more than an argmax (temperature,
+  // penalties, logprobs) are spread over the backend's threads when there are two or more.
+  struct row_job {
+    size_t entry;
+    const float* logits;
+    model::sample_result sample;
+  };
+  std::vector<row_job> jobs;
   size_t logit_row = 0;
-  std::vector<int32_t> recent;
+  int costly = 0;
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const auto& e = plan.entries[i];
+    if (!e.sample || row_of[i] < 0) continue;
+    jobs.push_back({i, out->row(logit_row++), {}});
+    costly += e.sampling.costly(e.logprob) ? 1 : 0;
+  }
+  // Plain greedy without a logprob asked skips the log-softmax over the whole vocabulary,
+  // which costs more than the rest of a decode step's bookkeeping together.
+  auto sample = [&](int64_t k) {
+    auto& j = jobs[static_cast<size_t>(k)];
+    const auto& e = plan.entries[j.entry];
+    const std::vector<int32_t>* window = &e.recent;  // for penalties: with the token fed this step
+    std::vector<int32_t> with_fed;
+    if (fed_last[j.entry] >= 0 && !e.recent.empty()) {
+      with_fed = e.recent;
+      with_fed.push_back(fed_last[j.entry]);
+      window = &with_fed;
+    }
+    j.sample = model::sample_token(j.logits, n_vocab, e.sampling, *window, e.n_generated, e.logprob);
+  };
+  if (costly >= 2) {
+    be_->for_each_row(static_cast<int64_t>(jobs.size()), sample);
+  } else {
+    for (size_t k = 0; k < jobs.size(); ++k) sample(static_cast<int64_t>(k));
+  }
+  size_t next_job = 0;
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const auto& e = plan.entries[i];
     if (!e.sample) continue;
@@ -88,16 +122,7 @@ step_result executor_state::run(const step_plan& plan) {
       res.samples.push_back(std::move(t));  // token -1: the scheduler fails this sequence
       continue;
     }
-    const float* logits = out->row(logit_row++);
-    const std::vector<int32_t>* window = &e.recent;
-    if (fed_last[i] >= 0 && !e.recent.empty()) {
-      recent = e.recent;
-      recent.push_back(fed_last[i]);
-      window = &recent;
-    }
-    // Plain greedy without a logprob asked skips the log-softmax over the whole vocabulary,
-    // which costs more than the rest of a decode step's bookkeeping together.
-    auto s = model::sample_token(logits, n_vocab, e.sampling, *window, e.n_generated, e.logprob);
+    auto& s = jobs[next_job++].sample;
     t.token = s.token;
     if (e.logprob || !e.sampling.plain_greedy()) t.logprob = s.logprob;
     t.top = std::move(s.top);

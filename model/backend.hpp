@@ -76,6 +76,14 @@ class backend {
   virtual result<std::vector<token_logprob>> forward_sampled(const batch&, const std::vector<row_sampling>&) {
     return make_error(name() + " backend does not sample: use forward()");
   }
+
+  // Runs fn(i) once for every i in [0, n) on the backend's host threads and returns when all are
+  // done: host work on a step's rows, such as sampling them (default: on the caller, in order;
+  // cpu: spread over its thread pool, which is idle between steps). Not while forward() runs;
+  // fn must not throw.
+  virtual void for_each_row(int64_t n, const std::function<void(int64_t i)>& fn) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  }
 };
 
 using backend_factory =

@@ -68,11 +68,10 @@ std::vector<generation_output> batch_generator::run(const std::vector<generation
     out[s.index].finish_reason = reason;
     kv.free_sequence(s.index);
   };
-  auto take = [&](live_seq& s, const float* logits) {
+  auto take = [&](live_seq& s, const float* logits, sample_result res) {
     const auto& r = reqs[s.index];
     auto& o = out[s.index];
     if (keep_logits) o.logits.emplace_back(logits, logits + be_.params().n_vocab);
-    auto res = sample_token(logits, be_.params().n_vocab, r.sampling, s.all, static_cast<int64_t>(o.tokens.size()), r.logprobs);
     if (std::find(r.stop_ids.begin(), r.stop_ids.end(), res.token) != r.stop_ids.end()) {
       finish(s, "stop");
       return;
@@ -82,6 +81,24 @@ std::vector<generation_output> batch_generator::run(const std::vector<generation
     s.all.push_back(o.tokens.back());
     if (on_token) on_token(s.index, o.tokens.back());
     if (static_cast<int32_t>(o.tokens.size()) >= r.max_tokens) finish(s, "length");
+  };
+  // Samples a step's rows (costly ones spread over the backend's threads), then takes them in order.
+  auto take_rows = [&](const std::vector<std::pair<live_seq*, const float*>>& rows) {
+    std::vector<sample_result> got(rows.size());
+    int costly = 0;
+    for (const auto& [s, logits] : rows) costly += reqs[s->index].sampling.costly(reqs[s->index].logprobs) ? 1 : 0;
+    auto sample = [&](int64_t k) {
+      const live_seq& s = *rows[static_cast<size_t>(k)].first;
+      const auto& r = reqs[s.index];
+      got[static_cast<size_t>(k)] = sample_token(rows[static_cast<size_t>(k)].second, be_.params().n_vocab, r.sampling,
+                                                 s.all, static_cast<int64_t>(out[s.index].tokens.size()), r.logprobs);
+    };
+    if (costly >= 2) {
+      be_.for_each_row(static_cast<int64_t>(rows.size()), sample);
+    } else {
+      for (size_t k = 0; k < rows.size(); ++k) sample(static_cast<int64_t>(k));
+    }
+    for (size_t k = 0; k < rows.size(); ++k) take(*rows[k].first, rows[k].second, std::move(got[k]));
   };
   auto fail_all = [&](const std::string& why) {
     for (auto& s : seqs)
@@ -122,12 +139,14 @@ std::vector<generation_output> batch_generator::run(const std::vector<generation
       break;
     }
     size_t row = 0;
+    std::vector<std::pair<live_seq*, const float*>> rows;
     for (size_t k = 0; k < in_step.size(); ++k) {
       auto& s = *in_step[k];
       s.n_computed += static_cast<int32_t>(b.seqs[k].tokens.size());
       kv.commit(s.index, s.all, s.n_computed);
-      if (b.seqs[k].want_logits) take(s, res->row(row++));
+      if (b.seqs[k].want_logits) rows.emplace_back(&s, res->row(row++));
     }
+    take_rows(rows);
   }
   st.prefill_seconds = seconds_since(t0);
 
@@ -155,11 +174,12 @@ std::vector<generation_output> batch_generator::run(const std::vector<generation
     }
     ++st.decode_steps;
     note_peak();
+    std::vector<std::pair<live_seq*, const float*>> rows;
     for (size_t k = 0; k < in_step.size(); ++k) {
-      auto& s = *in_step[k];
-      s.n_computed += 1;
-      take(s, res->row(k));
+      in_step[k]->n_computed += 1;
+      rows.emplace_back(in_step[k], res->row(k));
     }
+    take_rows(rows);
   }
   st.decode_seconds = seconds_since(t0);
   for (const auto& o : out) st.generated_tokens += static_cast<int64_t>(o.tokens.size());

@@ -137,6 +137,14 @@ status cpu_backend::validate(const batch& b) const {
   return {};
 }
 
+void cpu_backend::for_each_row(int64_t n, const std::function<void(int64_t i)>& fn) {
+  if (n <= 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  pool_.run_chunks(n, fn);
+}
+
 result<batch_logits> cpu_backend::forward(const batch& b) {
   if (auto s = validate(b); !s) return make_error(s.error());
   const auto& hp = model_->params();

@@ -24,6 +24,7 @@ class cpu_backend final : public backend {
   int32_t block_size() const override { return block_size_; }
   size_t kv_bytes_per_token() const override;
   result<batch_logits> forward(const batch& b) override;
+  void for_each_row(int64_t n, const std::function<void(int64_t i)>& fn) override;
 
   thread_pool& pool() { return pool_; }
   // Times every following pure decode step (one token per sequence) into p, phase by phase;

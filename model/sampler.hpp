@@ -32,6 +32,9 @@ struct sampling_params {
     return temperature <= 0.0f && n_logprobs == 0 && repetition_penalty == 1.0f && frequency_penalty == 0.0f &&
            presence_penalty == 0.0f;
   }
+  // Whether sampling a row costs more than finding its maximum (a pass or more over the
+  // vocabulary): worth spreading such rows over threads (backend::for_each_row).
+  bool costly(bool want_logprob) const { return want_logprob || !plain_greedy(); }
 };
 
 struct token_logprob {
