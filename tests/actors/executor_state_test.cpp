@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "tests/actors/fake_backend.hpp"
 
@@ -39,7 +40,15 @@ class random_logits final : public model::backend {
     last_ = out;
     return out;
   }
+  // Rows run each on a thread of their own, started last row first (as a pool may take them).
+  void for_each_row(int64_t n, const std::function<void(int64_t i)>& fn) override {
+    ++row_runs;
+    std::vector<std::thread> t;
+    for (int64_t i = n - 1; i >= 0; --i) t.emplace_back([&fn, i] { fn(i); });
+    for (auto& x : t) x.join();
+  }
   model::batch_logits last_;
+  int row_runs = 0;
 
  private:
   model::hparams hp_;
@@ -122,6 +131,63 @@ TEST(executor_state, greedy_fast_path_matches_the_sampler) {
       }
     }
   }
+}
+
+// Rows that cost more than an argmax are sampled on the backend's threads (for_each_row): each
+// row's token, logprob and alternatives are what sample_token gives for it alone, with its
+// penalty window and the token fed this step, whatever order the threads ran in.
+TEST(executor_state, samples_costly_rows_on_the_backend_threads) {
+  auto be = std::make_unique<random_logits>();
+  auto* raw = be.get();
+  executor_state ex(std::move(be));
+  step_plan first;
+  first.step = 1;
+  first.entries.push_back(entry(9, {1}, 0));  // its sample is fed to the next step
+  ex.run(first);
+  const int32_t fed = ex.run(first).samples[0].token;  // (a second run: last_sample_ holds it)
+
+  step_plan p;
+  p.step = 2;
+  for (uint64_t id = 1; id <= 5; ++id) p.entries.push_back(entry(id, {static_cast<int32_t>(id)}, 3));
+  p.entries[0].sampling.temperature = 0.9f;
+  p.entries[0].sampling.seed = 11;
+  p.entries[1].sampling.temperature = 1.3f;
+  p.entries[1].sampling.top_p = 0.8f;
+  p.entries[1].sampling.repetition_penalty = 1.2f;
+  p.entries[1].recent = {4, 8, 15};
+  p.entries[1].n_generated = 7;
+  p.entries[2].logprob = true;
+  p.entries[2].sampling.n_logprobs = 3;
+  p.entries[3].sampling.temperature = 0.7f;  // feeds the previous sample, with a window
+  p.entries[3].sampling.presence_penalty = 1.0f;
+  p.entries[3].seq_id = 9;
+  p.entries[3].tokens.clear();
+  p.entries[3].feed_last_sample = true;
+  p.entries[3].recent = {16, 23};
+  // entries[4]: plain greedy
+  auto r = ex.run(p);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(raw->row_runs, 1);
+  ASSERT_EQ(r.samples.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    const auto& e = p.entries[i];
+    std::vector<int32_t> window = e.recent;
+    if (e.feed_last_sample) window.push_back(fed);
+    const auto ref = model::sample_token(raw->last_.row(i), 1000, e.sampling, window, e.n_generated, e.logprob);
+    EXPECT_EQ(r.samples[i].seq_id, e.seq_id);
+    EXPECT_EQ(r.samples[i].token, ref.token) << "row " << i;
+    if (e.logprob || !e.sampling.plain_greedy()) EXPECT_FLOAT_EQ(r.samples[i].logprob, ref.logprob) << "row " << i;
+    ASSERT_EQ(r.samples[i].top.size(), ref.top.size());
+    for (size_t k = 0; k < ref.top.size(); ++k) EXPECT_EQ(r.samples[i].top[k].token, ref.top[k].token);
+  }
+  // One costly row (or none): sampled in place, no thread hand-off.
+  step_plan q;
+  q.step = 3;
+  q.entries.push_back(entry(1, {2}, 4));
+  q.entries.push_back(entry(2, {3}, 4));
+  q.entries[0].sampling.temperature = 0.5f;
+  ex.run(q);
+  EXPECT_EQ(raw->row_runs, 1);
 }
 
 TEST(executor_state, feeds_the_previous_sample_when_asked) {
