@@ -427,6 +427,9 @@ parsed_frame parse_client_frame(std::string_view text) {
       r.err = bad_request("'generate' needs 'messages' or 'prompt'", "messages");
     if (!r.err && !f.spec.messages.empty() && seen)
       r.err = bad_request("'generate' takes 'messages' or 'prompt', not both", "prompt");
+    r.str("resume_key", f.resume_key);
+    if (!r.err && r.get("resume_key") && (f.resume_key.size() < 16 || f.resume_key.size() > 256))
+      r.err = bad_request("'resume_key' must be 16 to 256 characters (a secret only this client knows)", "resume_key");
   } else if (type == "cancel") {
     f.type = frame_type::cancel;
     need_id();
@@ -435,6 +438,9 @@ parsed_frame parse_client_frame(std::string_view text) {
     need_id();
     r.integer("from_index", f.from_index);
     if (!r.err && f.from_index < -1) r.err = bad_request("'from_index' must be -1 or more", "from_index");
+    r.str("resume_key", f.resume_key);
+    if (!r.err && f.resume_key.empty())
+      r.err = bad_request("'resume' needs the 'resume_key' its 'generate' gave", "resume_key");
   } else if (type == "auth") {
     f.type = frame_type::auth;
     r.str("key", f.key);

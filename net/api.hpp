@@ -88,6 +88,9 @@ struct client_frame {
   std::string id;               // the client's request id (generate, cancel, resume)
   actors::request_spec spec;    // generate
   int64_t from_index = -1;      // resume: the last index the client saw (-1: from the start)
+  // generate: the client's secret for resuming this stream (none: it cannot be resumed);
+  // resume: the same secret.
+  std::string resume_key;
   std::string key;              // auth
 };
 

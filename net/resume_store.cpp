@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "net/auth.hpp"
+
 namespace troupe::net {
 
 void stream_record::set_cancel(cancel_fn c) {
@@ -76,12 +78,24 @@ void stream_record::finish(std::string frame, clock::time_point now, clock::dura
   cancel_ = nullptr;
 }
 
-bool stream_record::attach(frame_sink sink, int64_t from_index, const void* tag) {
+bool stream_record::resumable_with(std::string_view key) const {
+  return !resume_key_.empty() && constant_time_equal(resume_key_, key);
+}
+
+bool stream_record::attached_to(const void* tag) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tag != nullptr && tag_ == tag;
+}
+
+bool stream_record::attach(frame_sink sink, int64_t from_index, const void* tag, std::string displaced) {
   int32_t release = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!tokens_.empty() && tokens_.front().first > from_index + 1) return false;
     if (tokens_.empty() && final_ && from_index + 1 < 0) return false;
+    // The connection that had it (still open: a client that came back on a new one before the
+    // server noticed the old one drop) hears that the stream went elsewhere.
+    if (sink_ && tag_ != tag && !final_ && !displaced.empty()) sink_(std::move(displaced), {});
     // Replayed frames were acknowledged already (written, or recorded while away).
     for (const auto& [index, frame] : tokens_)
       if (index > from_index) sink(frame, {});
@@ -122,11 +136,12 @@ bool stream_record::expired(clock::time_point now) const {
   return expires_ && now >= *expires_;
 }
 
-std::shared_ptr<stream_record> resume_store::create(const std::string& owner, const std::string& id) {
+std::shared_ptr<stream_record> resume_store::create(const std::string& owner, const std::string& id,
+                                                    const std::string& resume_key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = records_[{owner, id}];
   if (slot && !slot->ended()) return nullptr;
-  slot = std::make_shared<stream_record>(owner, id, keep_);
+  slot = std::make_shared<stream_record>(owner, id, keep_, resume_key);
   return slot;
 }
 

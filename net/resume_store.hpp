@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "net/inference.hpp"
@@ -36,11 +37,15 @@ using frame_sink = std::function<void(std::string frame, std::function<void()> w
 class stream_record : public std::enable_shared_from_this<stream_record> {
  public:
   using clock = std::chrono::steady_clock;
-  stream_record(std::string owner, std::string id, size_t keep_tokens) :
-      owner_(std::move(owner)), id_(std::move(id)), keep_(keep_tokens) {}
+  // `resume_key`: the secret a `resume` must present (empty: the stream cannot be resumed).
+  stream_record(std::string owner, std::string id, size_t keep_tokens, std::string resume_key = {}) :
+      owner_(std::move(owner)), id_(std::move(id)), resume_key_(std::move(resume_key)), keep_(keep_tokens) {}
 
   const std::string& id() const { return id_; }
   const std::string& owner() const { return owner_; }
+  // Whether `key` is this stream's resume key (compared in constant time); never for a stream
+  // started without one.
+  bool resumable_with(std::string_view key) const;
 
   void set_cancel(cancel_fn c);
   void set_ack(ack_fn a);
@@ -50,11 +55,13 @@ class stream_record : public std::enable_shared_from_this<stream_record> {
   void add_token(int32_t index, std::string frame);
   void finish(std::string frame, clock::time_point now, clock::duration window);
 
-  // Attaches `sink` (replacing any other connection's) after replaying every frame with an index
-  // above `from_index`, and the final frame if there is one. Returns false (and attaches nothing)
-  // when tokens after `from_index` were already dropped from the window.
-  // `tag` names the connection, for detach.
-  bool attach(frame_sink sink, int64_t from_index, const void* tag);
+  // Attaches `sink` after replaying every frame with an index above `from_index`, and the final
+  // frame if there is one. Another connection still attached is told with `displaced` (its
+  // last frame for this stream) and loses it. Returns false (and attaches nothing) when tokens
+  // after `from_index` were already dropped from the window. `tag` names the connection.
+  bool attach(frame_sink sink, int64_t from_index, const void* tag, std::string displaced = {});
+  // Whether the connection `tag` is the one attached.
+  bool attached_to(const void* tag) const;
   // Detaches `tag`'s sink, if it is still the attached one; the window starts.
   void detach(const void* tag, clock::time_point now, clock::duration window);
 
@@ -66,6 +73,7 @@ class stream_record : public std::enable_shared_from_this<stream_record> {
   mutable std::mutex mu_;
   std::string owner_;
   std::string id_;
+  std::string resume_key_;
   size_t keep_;
   std::deque<std::pair<int32_t, std::string>> tokens_;
   std::optional<std::string> final_;
@@ -87,7 +95,8 @@ class resume_store {
       window_(window), keep_(keep_tokens) {}
 
   // A new record, or nullptr when (owner, id) names a stream that is still running.
-  std::shared_ptr<stream_record> create(const std::string& owner, const std::string& id);
+  std::shared_ptr<stream_record> create(const std::string& owner, const std::string& id,
+                                        const std::string& resume_key = {});
   std::shared_ptr<stream_record> find(const std::string& owner, const std::string& id) const;
   // Removes expired records, cancelling those still running. Returns how many went.
   size_t sweep(stream_record::clock::time_point now = stream_record::clock::now());

@@ -105,9 +105,11 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
 
   void generate(client_frame& f) {
     if (!ctx_.inf.ready()) return send(error_frame(f.id, "loading", "the model is still loading; retry shortly"));
-    auto rec = ctx_.resumes.create(owner_, f.id);
+    auto rec = ctx_.resumes.create(owner_, f.id, f.resume_key);
     if (!rec) return send(error_frame(f.id, "duplicate_id", "a request with id '" + f.id + "' is still running"));
     rec->attach(make_sink(), -1, this);
+    // Ended streams leave the socket's list (their records stay in the store for the window).
+    for (auto it = streams_.begin(); it != streams_.end();) it = it->second->ended() ? streams_.erase(it) : std::next(it);
     streams_[f.id] = rec;
     f.spec.tenant = tenant_;
     auto& met = ctx_.met;
@@ -143,18 +145,26 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     rec->set_ack(std::move(sub.ack));
   }
 
+  // Only a stream this socket started or resumed (and still holds) can be cancelled from it.
   void cancel(const client_frame& f) {
-    auto rec = ctx_.resumes.find(owner_, f.id);
-    if (!rec) return send(error_frame(f.id, "unknown_id", "no request with id '" + f.id + "'"));
-    rec->cancel();  // its done frame (finish_reason "cancelled") follows
+    auto it = streams_.find(f.id);
+    if (it == streams_.end() || !it->second->attached_to(this))
+      return send(error_frame(f.id, "unknown_id", "no request with id '" + f.id + "' on this connection"));
+    it->second->cancel();  // its done frame (finish_reason "cancelled") follows
   }
 
+  // A stream is resumed with the resume_key its generate gave: another client that knows only
+  // the id learns nothing, not even whether it exists.
   void resume(const client_frame& f) {
     auto rec = ctx_.resumes.find(owner_, f.id);
-    if (!rec)
+    if (!rec || !rec->resumable_with(f.resume_key))
       return send(error_frame(f.id, "unknown_id",
-                              "no request with id '" + f.id + "' (it never existed or its resumption window passed)"));
-    if (!rec->attach(make_sink(), f.from_index, this))
+                              "no resumable request with id '" + f.id +
+                                  "' and this resume_key (it never existed, was started without a resume_key, "
+                                  "or its resumption window passed)"));
+    const std::string displaced =
+        error_frame(f.id, "resumed_elsewhere", "the stream was resumed on another connection");
+    if (!rec->attach(make_sink(), f.from_index, this, displaced))
       return send(error_frame(f.id, "resume_gap", "tokens after index " + std::to_string(f.from_index) +
                                                       " are no longer kept"));
     streams_[f.id] = rec;
@@ -169,7 +179,8 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
       // The reader does not keep up: bounded memory wins. Its streams end; the frames already
       // queued still go out. (See docs/protocol.md, flow control.)
       slow_ = true;
-      for (auto& [id, rec] : streams_) rec->cancel();
+      for (auto& [id, rec] : streams_)
+        if (rec->attached_to(this)) rec->cancel();
     }
     if (!writing_) write_next();
   }

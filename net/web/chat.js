@@ -69,6 +69,12 @@
     return el.value !== "" && Number.isFinite(v) ? v : fallback;
   }
 
+  function randomHex(bytes) {
+    const b = new Uint8Array(bytes);
+    crypto.getRandomValues(b);
+    return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  }
+
   function ask(question) {
     if (current) return;
     const userTurn = { role: "user", content: question };
@@ -78,13 +84,15 @@
     const m = addMessage("assistant", "");
     m.el.dataset.state = "streaming";
     m.el.dataset.id = id;
-    current = { id, ...m, text: "", lastIndex: -1, userTurn };
+    // The secret that lets this page, and only it, resume the answer after a reconnect.
+    const resumeKey = randomHex(16);
+    current = { id, ...m, text: "", lastIndex: -1, userTurn, resumeKey };
     setBusy(true);
     const messages = [];
     if (ui.system.value.trim()) messages.push({ role: "system", content: ui.system.value.trim() });
     messages.push(...history);
     sendFrame({
-      type: "generate", id, messages,
+      type: "generate", id, messages, resume_key: resumeKey,
       max_tokens: Math.max(1, Math.round(numberSetting(ui.maxTokens, 512))),
       temperature: Math.max(0, numberSetting(ui.temperature, 0.7)),
     });
@@ -197,7 +205,8 @@
       // An answer that was streaming when the last socket dropped goes on where it stopped,
       // unless its generate frame never left (then it is still in the outbox).
       if (current && !outbox.some((f) => f.id === current.id))
-        ws.send(JSON.stringify({ type: "resume", id: current.id, from_index: current.lastIndex }));
+        ws.send(JSON.stringify({ type: "resume", id: current.id, from_index: current.lastIndex,
+                                 resume_key: current.resumeKey }));
       const pending = outbox;
       outbox = [];
       pending.forEach((f) => ws.send(JSON.stringify(f)));

@@ -314,11 +314,13 @@ def test_dropped_connection_resumes_the_answer(server, driver):
     resumes = [f for f in page.sent if f.get("type") == "resume"]
     assert resumes and resumes[0]["id"] == gen["id"], page.sent
     assert resumes[0]["from_index"] >= 0
+    assert len(gen["resume_key"]) == 32 and resumes[0]["resume_key"] == gen["resume_key"], page.sent
 
     async def whole_answer():
         # The same stream, replayed in full to a second real client (`resume` from the start).
         async with connect(server.ws_url) as ws:
-            await ws.send(json.dumps({"type": "resume", "id": gen["id"], "from_index": -1}))
+            await ws.send(json.dumps({"type": "resume", "id": gen["id"], "from_index": -1,
+                                      "resume_key": gen["resume_key"]}))
             return await read_until_end(ws, gen["id"])
 
     tokens, done = asyncio.run(whole_answer())

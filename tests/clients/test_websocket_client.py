@@ -1,10 +1,13 @@
 """The WebSocket protocol of docs/protocol.md driven by the `websockets` package against
 `troupe serve` with the real model: generate, two requests multiplexed on one socket, cancel,
-resume after a reconnect, bad frames, an oversized message, and authentication by frame.
+resume after a reconnect (with the generate's resume_key, and only with it), a resume that
+displaces a socket still open, cancel kept to its own socket, bad frames, an oversized message,
+and authentication by frame.
 
 The server runs without the response cache, so that every request here is really generated."""
 import asyncio
 import json
+import secrets
 
 import pytest
 import websockets
@@ -141,7 +144,8 @@ def test_resume_after_reconnect_loses_and_repeats_nothing(server, away_s):
     async def body():
         ref = await isolated(server.ws_url, prompt, n, ignore_eos=True)
         ws = await connect(server.ws_url)
-        await ws.send(generate(rid, prompt, n, ignore_eos=True))
+        key = secrets.token_hex(16)
+        await ws.send(generate(rid, prompt, n, ignore_eos=True, resume_key=key))
         first = []
         while len(first) < 5:
             f = await recv_json(ws)
@@ -151,7 +155,7 @@ def test_resume_after_reconnect_loses_and_repeats_nothing(server, away_s):
         await asyncio.sleep(away_s)
         async with connect(server.ws_url) as ws2:
             last = first[-1]["index"]
-            await ws2.send(json.dumps({"type": "resume", "id": rid, "from_index": last}))
+            await ws2.send(json.dumps({"type": "resume", "id": rid, "from_index": last, "resume_key": key}))
             rest, done = await read_until_end(ws2, rid)
             assert done["type"] == "done", done
             assert done["finish_reason"] == "length"
@@ -159,7 +163,7 @@ def test_resume_after_reconnect_loses_and_repeats_nothing(server, away_s):
             assert len(first) + len(rest) == n == done["usage"]["completion_tokens"]
             assert token_text(first + rest, done) == ref
             # Resuming again from the start replays everything once more, then the final frame.
-            await ws2.send(json.dumps({"type": "resume", "id": rid, "from_index": -1}))
+            await ws2.send(json.dumps({"type": "resume", "id": rid, "from_index": -1, "resume_key": key}))
             again, done2 = await read_until_end(ws2, rid)
             assert [t["index"] for t in again] == list(range(n))
             assert token_text(again, done2) == ref
@@ -169,9 +173,75 @@ def test_resume_after_reconnect_loses_and_repeats_nothing(server, away_s):
 def test_resume_unknown_id_is_an_error_frame(server):
     async def body():
         async with connect(server.ws_url) as ws:
-            await ws.send(json.dumps({"type": "resume", "id": "never-was", "from_index": 3}))
+            await ws.send(json.dumps({"type": "resume", "id": "never-was", "from_index": 3,
+                                      "resume_key": secrets.token_hex(16)}))
             f = await recv_json(ws)
             assert f["type"] == "error" and f["id"] == "never-was" and f["code"] == "unknown_id", f
+    run(body())
+
+
+def test_another_client_can_neither_resume_nor_cancel_a_stream(server):
+    """A second client that knows only the id: its resume (wrong key, no key, or a stream started
+    without one) is `unknown_id`, like an id that never was, and its cancel is `unknown_id` too;
+    the owner's stream runs to its end untouched."""
+    async def body():
+        key = secrets.token_hex(16)
+        async with connect(server.ws_url) as owner, connect(server.ws_url) as other:
+            await owner.send(generate("mine", "Name three rivers.", 24, ignore_eos=True, resume_key=key))
+            await owner.send(generate("keyless", "Name three lakes.", 8, ignore_eos=True))
+            first = await recv_json(owner)
+            assert first["type"] == "token", first
+            await other.send(json.dumps({"type": "resume", "id": "mine", "from_index": -1,
+                                         "resume_key": secrets.token_hex(16)}))
+            await other.send(json.dumps({"type": "resume", "id": "mine", "from_index": -1}))
+            await other.send(json.dumps({"type": "resume", "id": "keyless", "from_index": -1,
+                                         "resume_key": key}))
+            await other.send(json.dumps({"type": "cancel", "id": "mine"}))
+            answers = [await recv_json(other) for _ in range(4)]
+            assert [(a["type"], a["id"], a["code"]) for a in answers] == [
+                ("error", "mine", "unknown_id"), ("error", "mine", "invalid_request"),
+                ("error", "keyless", "unknown_id"), ("error", "mine", "unknown_id")], answers
+            frames = {"mine": [first] if first["id"] == "mine" else [], "keyless": [] if first["id"] == "mine" else [first]}
+            ends = {}
+            while len(ends) < 2:
+                f = await recv_json(owner)
+                if f["type"] == "token":
+                    frames[f["id"]].append(f)
+                else:
+                    ends[f["id"]] = f
+            assert ends["mine"]["type"] == "done" and ends["mine"]["finish_reason"] == "length", ends
+            assert_consecutive(frames["mine"])
+            assert len(frames["mine"]) == 24
+    run(body())
+
+
+def test_resume_on_a_new_socket_tells_the_old_one(server):
+    """The client comes back on a new socket while the server still holds the old one open: the
+    new socket gets the stream (replay, then live), the old one an error `resumed_elsewhere` as
+    its last frame for the stream, and a cancel from the old socket no longer reaches it."""
+    async def body():
+        key = secrets.token_hex(16)
+        async with connect(server.ws_url) as old, connect(server.ws_url) as new:
+            await old.send(generate("moving", "Describe a sunrise over the sea.", 64, ignore_eos=True, resume_key=key))
+            seen = []
+            while len(seen) < 3:
+                f = await recv_json(old)
+                assert f["type"] == "token", f
+                seen.append(f)
+            await new.send(json.dumps({"type": "resume", "id": "moving", "from_index": seen[-1]["index"],
+                                       "resume_key": key}))
+            while True:  # tokens already on their way to the old socket, then the notice
+                f = await recv_json(old)
+                if f["type"] != "token":
+                    break
+            assert f["type"] == "error" and f["id"] == "moving" and f["code"] == "resumed_elsewhere", f
+            await old.send(json.dumps({"type": "cancel", "id": "moving"}))
+            f = await recv_json(old)
+            assert (f["type"], f["id"], f["code"]) == ("error", "moving", "unknown_id"), f
+            rest, done = await read_until_end(new, "moving")
+            assert done["type"] == "done" and done["finish_reason"] == "length", done
+            assert_consecutive(seen + rest)
+            assert len(seen) + len(rest) == 64
     run(body())
 
 
@@ -191,6 +261,8 @@ def test_bad_frames_get_error_frames_and_the_connection_goes_on(server):
         (json.dumps({"type": "generate", "prompt": "no id"}), None, "invalid_request"),
         (json.dumps({"type": "cancel", "id": "nobody"}), "nobody", "unknown_id"),
         (json.dumps({"type": "resume", "id": "live", "from_index": "x"}), "live", "invalid_request"),
+        (json.dumps({"type": "resume", "id": "live", "from_index": 1}), "live", "invalid_request"),  # no key
+        (json.dumps({"type": "generate", "id": "x9", "prompt": "a", "resume_key": "short"}), "x9", "invalid_request"),
         (b"\x00\x01binary", None, "invalid_request"),  # a binary frame
         ('{"type":"generate","id":"x8","prompt":"\\ud800"}', None, "invalid_json"),  # a lone surrogate
     ]

@@ -127,9 +127,30 @@ TEST(ws_protocol, parses_frames) {
   ASSERT_TRUE(c.frame);
   EXPECT_EQ(c.frame->id, "7");
 
-  auto r = parse_client_frame(R"({"type":"resume","id":"a1","from_index":3})");
+  auto r = parse_client_frame(R"({"type":"resume","id":"a1","from_index":3,"resume_key":"k"})");
   ASSERT_TRUE(r.frame);
   EXPECT_EQ(r.frame->from_index, 3);
+  EXPECT_EQ(r.frame->resume_key, "k");
+}
+
+// A resume needs the generate's resume_key; a generate's key is a secret of 16 to 256 characters.
+TEST(ws_protocol, resume_keys_are_checked) {
+  auto no_key = parse_client_frame(R"({"type":"resume","id":"a1","from_index":3})");
+  ASSERT_FALSE(no_key.frame);
+  EXPECT_EQ(no_key.error.param, "resume_key");
+  EXPECT_NE(no_key.error.message.find("resume_key"), std::string::npos);
+  auto g = parse_client_frame(R"({"type":"generate","id":"a1","prompt":"hi","resume_key":"0123456789abcdef"})");
+  ASSERT_TRUE(g.frame) << g.error.message;
+  EXPECT_EQ(g.frame->resume_key, "0123456789abcdef");
+  auto none = parse_client_frame(R"({"type":"generate","id":"a1","prompt":"hi"})");
+  ASSERT_TRUE(none.frame);
+  EXPECT_TRUE(none.frame->resume_key.empty());
+  for (const char* bad : {R"({"type":"generate","id":"a1","prompt":"hi","resume_key":"short"})",
+                          R"({"type":"generate","id":"a1","prompt":"hi","resume_key":7})"}) {
+    auto b = parse_client_frame(bad);
+    EXPECT_FALSE(b.frame) << bad;
+    EXPECT_EQ(b.error.param, "resume_key") << bad;
+  }
 }
 
 TEST(ws_protocol, bad_frames_name_the_problem) {
@@ -198,6 +219,36 @@ TEST(resume_store, replays_after_index_then_goes_live_without_gaps_or_duplicates
   EXPECT_EQ(second, (std::vector<std::string>{"t1", "t2", "t3", "done"}));
   EXPECT_EQ(store.sweep(t + std::chrono::milliseconds(500)), 0u);
   EXPECT_TRUE(store.create("", "r1") == nullptr ? false : true) << "an ended id may be reused";
+}
+
+// Only the generate's resume_key resumes a stream (none: it cannot be resumed); a connection that
+// still holds a stream when another resumes it gets the `displaced` frame, and no frame after.
+TEST(resume_store, resume_keys_and_the_displaced_connection) {
+  resume_store store(std::chrono::milliseconds(1000), 100);
+  auto rec = store.create("", "s1", "secret-secret-secret");
+  EXPECT_TRUE(rec->resumable_with("secret-secret-secret"));
+  EXPECT_FALSE(rec->resumable_with("secret-secret-secreT"));
+  EXPECT_FALSE(rec->resumable_with(""));
+  EXPECT_FALSE(store.create("", "s2")->resumable_with("")) << "no key: not resumable";
+  std::vector<std::string> a, b;
+  int tag_a = 0, tag_b = 0;
+  rec->attach([&](std::string f, std::function<void()>) { a.push_back(f); }, -1, &tag_a, "moved");
+  rec->add_token(0, "t0");
+  EXPECT_TRUE(rec->attached_to(&tag_a));
+  ASSERT_TRUE(rec->attach([&](std::string f, std::function<void()>) { b.push_back(f); }, 0, &tag_b, "moved"));
+  EXPECT_FALSE(rec->attached_to(&tag_a));
+  EXPECT_TRUE(rec->attached_to(&tag_b));
+  EXPECT_FALSE(rec->attached_to(nullptr));
+  rec->add_token(1, "t1");
+  rec->finish("done", stream_record::clock::now(), std::chrono::milliseconds(1000));
+  EXPECT_EQ(a, (std::vector<std::string>{"t0", "moved"}));
+  EXPECT_EQ(b, (std::vector<std::string>{"t1", "done"}));
+  // Resuming an ended stream displaces nobody: the holder had its final frame already.
+  std::vector<std::string> c;
+  int tag_c = 0;
+  ASSERT_TRUE(rec->attach([&](std::string f, std::function<void()>) { c.push_back(f); }, 0, &tag_c, "moved"));
+  EXPECT_EQ(b, (std::vector<std::string>{"t1", "done"}));
+  EXPECT_EQ(c, (std::vector<std::string>{"t1", "done"}));
 }
 
 TEST(resume_store, expiry_cancels_orphaned_streams) {

@@ -208,7 +208,8 @@ TEST_F(server_real_model, websocket_resume_after_disconnect) {
   int last_seen = -1;
   {
     auto w = ws(ioc);
-    w->write(asio::buffer(std::string(R"({"type":"generate","id":"r1","prompt":"One, two, three,","max_tokens":24})")));
+    w->write(asio::buffer(std::string(
+        R"({"type":"generate","id":"r1","prompt":"One, two, three,","max_tokens":24,"resume_key":"0123456789abcdef0123"})")));
     for (int i = 0; i < 3; ++i) {
       auto doc = json.parse(read_text(*w));
       ASSERT_EQ(std::string_view(doc["type"]), "token");
@@ -219,7 +220,8 @@ TEST_F(server_real_model, websocket_resume_after_disconnect) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   auto w = ws(ioc);
-  w->write(asio::buffer("{\"type\":\"resume\",\"id\":\"r1\",\"from_index\":" + std::to_string(last_seen) + "}"));
+  w->write(asio::buffer("{\"type\":\"resume\",\"id\":\"r1\",\"resume_key\":\"0123456789abcdef0123\",\"from_index\":" +
+                        std::to_string(last_seen) + "}"));
   int expect = last_seen + 1;
   for (;;) {
     auto doc = json.parse(read_text(*w));
