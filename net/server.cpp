@@ -14,6 +14,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -66,7 +67,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     parser_.emplace();
     parser_->body_limit(ctx_.opts.max_body_bytes);
     parser_->header_limit(16 * 1024);
-    stream_.expires_after(std::chrono::seconds(120));  // idle keep-alive connections go
+    stream_.expires_after(ctx_.opts.http_read_timeout);  // stalled senders and idle keep-alives go
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
@@ -110,6 +111,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
     version_ = req.version();
     const std::string path = strip_query(req.target());
     const auto method = req.method();
+    // HEAD is GET without the body (RFC 9110): the same status and headers, Content-Length included.
+    head_request_ = method == http::verb::head;
+    const bool get = method == http::verb::get || head_request_;
 
     if (path == "/v1/ws") {
       endpoint_ = "ws";
@@ -132,7 +136,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (path == "/health") {
       endpoint_ = "health";
-      if (method != http::verb::get && method != http::verb::head) return method_not_allowed("GET");
+      if (!get) return method_not_allowed("GET");
       const bool ok = ctx_.inf.ready();
       const std::string details = ctx_.inf.health_details();
       std::string body = ok ? R"({"status":"ok")" : R"({"status":"loading")";
@@ -141,7 +145,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (path == "/metrics") {
       endpoint_ = "metrics";
-      if (method != http::verb::get) return method_not_allowed("GET");
+      if (!get) return method_not_allowed("GET");
       return send(http::status::ok, ctx_.met.render(ctx_.inf.pipeline_metrics()), "text/plain; version=0.0.4");
     }
     if (path == "/admin/reload" || path == "/admin/config") {
@@ -175,12 +179,12 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (path == "/" || path == "/index.html") {
       endpoint_ = "page";
-      if (method != http::verb::get) return method_not_allowed("GET");
+      if (!get) return method_not_allowed("GET");
       return send(http::status::ok, std::string(chat_page_html()), "text/html; charset=utf-8");
     }
     if (path == "/v1/models") {
       endpoint_ = "models";
-      if (method != http::verb::get) return method_not_allowed("GET");
+      if (!get) return method_not_allowed("GET");
       if (!authorise(req)) return send_error(unauthorised());
       return send(http::status::ok, models_json(ctx_.inf.model_name(), unix_now()), "application/json");
     }
@@ -218,15 +222,31 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
   // ---- plain responses --------------------------------------------------------------------
   void send(http::status st, std::string body, const char* content_type) {
+    ctx_.met.count_request(endpoint_, std::to_string(static_cast<int>(st)));
+    if (head_request_) {
+      auto res = std::make_shared<http::response<http::empty_body>>(st, version_);
+      set_headers(*res, content_type);
+      res->content_length(body.size());
+      return write(res);
+    }
     auto res = std::make_shared<http::response<http::string_body>>(st, version_);
-    res->set(http::field::server, "troupe");
-    res->set(http::field::content_type, content_type);
-    if (retry_after_s_ > 0) res->set(http::field::retry_after, std::to_string(retry_after_s_));
-    retry_after_s_ = 0;
-    res->keep_alive(keep_alive_);
+    set_headers(*res, content_type);
     res->body() = std::move(body);
     res->prepare_payload();
-    ctx_.met.count_request(endpoint_, std::to_string(static_cast<int>(st)));
+    write(res);
+  }
+
+  template <class Response>
+  void set_headers(Response& res, const char* content_type) {
+    res.set(http::field::server, "troupe");
+    res.set(http::field::content_type, content_type);
+    if (retry_after_s_ > 0) res.set(http::field::retry_after, std::to_string(retry_after_s_));
+    retry_after_s_ = 0;
+    res.keep_alive(keep_alive_);
+  }
+
+  template <class Response>
+  void write(const std::shared_ptr<Response>& res) {
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
       if (ec) return self->close();
       if (!res->keep_alive()) return self->close();
@@ -441,6 +461,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   bool keep_alive_ = true;
+  bool head_request_ = false;
   unsigned version_ = 11;
   std::string endpoint_ = "other";
   int64_t retry_after_s_ = 0;
@@ -465,20 +486,32 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
 class listener : public std::enable_shared_from_this<listener> {
  public:
-  listener(server_context& ctx, tcp::acceptor&& a) : ctx_(ctx), acceptor_(std::move(a)) {}
+  listener(server_context& ctx, tcp::acceptor&& a) : ctx_(ctx), acceptor_(std::move(a)), backoff_timer_(ctx.ioc) {}
   void accept() {
     acceptor_.async_accept(asio::make_strand(ctx_.ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket s) {
-      if (!ec) {
-        beast::error_code ignored;
-        s.set_option(tcp::no_delay(true), ignored);  // see CAF-0.17-NOTES: Nagle + delayed ACK cost ~40 ms
-        std::make_shared<http_session>(self->ctx_, std::move(s))->run();
+      if (!self->acceptor_.is_open()) return;
+      if (ec) {
+        // Out of descriptors (EMFILE/ENFILE) or memory: the pending connection stays queued and
+        // an immediate retry fails the same way, spinning a core. Wait, 10 ms doubling to 1 s,
+        // while connections close and free descriptors.
+        self->backoff_ = std::min(std::max(self->backoff_ * 2, std::chrono::milliseconds(10)), std::chrono::milliseconds(1000));
+        self->backoff_timer_.expires_after(self->backoff_);
+        self->backoff_timer_.async_wait([self](beast::error_code) {
+          if (self->acceptor_.is_open()) self->accept();
+        });
+        return;
       }
-      if (self->acceptor_.is_open()) self->accept();
+      self->backoff_ = std::chrono::milliseconds(0);
+      beast::error_code ignored;
+      s.set_option(tcp::no_delay(true), ignored);  // see CAF-0.17-NOTES: Nagle + delayed ACK cost ~40 ms
+      std::make_shared<http_session>(self->ctx_, std::move(s))->run();
+      self->accept();
     });
   }
   void close() {
     beast::error_code ec;
     acceptor_.close(ec);
+    backoff_timer_.cancel();
   }
   uint16_t port() const {
     beast::error_code ec;
@@ -488,6 +521,8 @@ class listener : public std::enable_shared_from_this<listener> {
  private:
   server_context& ctx_;
   tcp::acceptor acceptor_;
+  asio::steady_timer backoff_timer_;
+  std::chrono::milliseconds backoff_{0};
 };
 
 }  // namespace

@@ -26,6 +26,10 @@ struct server_options {
   size_t max_ws_message_bytes = 1 << 20;        // larger WebSocket messages: close 1009
   size_t max_ws_queue_bytes = 8 << 20;          // unsent bytes per socket before its streams end (slow_consumer)
   std::chrono::seconds ws_idle_timeout{30};     // ping after half of it, close after it without a pong
+  // An HTTP request (headers and body) must arrive within it, counted from the end of the
+  // previous response on a keep-alive connection (so it is also the idle limit): slow or stalled
+  // senders do not hold connections for long.
+  std::chrono::seconds http_read_timeout{30};
   std::chrono::milliseconds resume_window{60000};  // how long ended / orphaned WebSocket streams stay resumable
   size_t resume_keep_tokens = 4096;             // tokens kept per stream for resumption
 

@@ -1,0 +1,121 @@
+"""HTTP at the edges, over raw sockets against `troupe serve` (real model): HEAD answers GET's
+status and headers without a body (a keep-alive connection then reads the next response
+cleanly), and senders that stall (partial headers, a partial body, nothing at all) are cut off
+after `server.http_read_timeout_s` while other clients are served meanwhile, and a server out of
+file descriptors waits for them instead of spinning on accept."""
+import os
+import resource
+import socket
+import time
+import urllib.request
+
+import pytest
+
+from harness import running_server
+
+READ_TIMEOUT_S = 2
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_server("--no-cache", "--set", f"server.http_read_timeout_s={READ_TIMEOUT_S}") as s:
+        yield s
+
+
+def read_response(sock):
+    """One HTTP/1.1 response: (status, headers, body), the body by Content-Length."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed inside the headers: {data!r}"
+        data += chunk
+    head, rest = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    return status, headers, rest
+
+
+def test_head_is_get_without_the_body(server):
+    for path in ("/health", "/metrics", "/", "/v1/models"):
+        with urllib.request.urlopen(server.url + path, timeout=30) as r:
+            get_body = r.read()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+            # HEAD then GET on one connection, pipelined: the GET's status line must come right
+            # after the HEAD's headers (a body after HEAD would be read as the next response).
+            s.sendall(f"HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            status, headers, rest = read_response(s)
+            assert status == 200, path
+            if path != "/metrics":  # the metrics text changes between two requests
+                assert int(headers["content-length"]) == len(get_body), (path, headers)
+            while b"\r\n\r\n" not in rest:
+                rest += s.recv(65536)
+            assert rest.startswith(b"HTTP/1.1 200"), (path, rest[:80])
+
+
+@pytest.mark.parametrize("stall", [
+    b"GET /health HTTP/1.1\r\nHost: x\r\n",  # headers never end
+    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":",  # body stops
+    b"",  # connects and sends nothing
+])
+def test_stalled_senders_are_cut_off_and_others_are_served(server, stall):
+    stalled = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(20)]
+    t0 = time.monotonic()
+    for s in stalled:
+        if stall:
+            s.sendall(stall)
+    with urllib.request.urlopen(server.url + "/health", timeout=10) as r:  # served meanwhile
+        assert r.status == 200
+    for s in stalled:
+        s.settimeout(READ_TIMEOUT_S + 10)
+        assert s.recv(1024) == b"", "the server should close a stalled connection without an answer"
+        s.close()
+    took = time.monotonic() - t0
+    assert READ_TIMEOUT_S - 0.5 <= took <= READ_TIMEOUT_S + 5, took
+
+
+def test_a_keep_alive_connection_may_idle_up_to_the_timeout(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(s)[0] == 200
+        time.sleep(READ_TIMEOUT_S / 2)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(s)[0] == 200
+        s.settimeout(READ_TIMEOUT_S + 10)
+        assert s.recv(1024) == b""  # then idle past it: closed
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def test_out_of_descriptors_the_server_waits_instead_of_spinning(server):
+    """With its descriptors used up, accepting fails; the listener backs off (it used to retry at
+    once, a core at 100%) and serves again once connections close."""
+    pid = server.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    held = []
+    try:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (128, hard))
+        for _ in range(160):  # more than the server can take: the rest wait in the backlog
+            held.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
+        time.sleep(0.5)
+        c0 = cpu_seconds(pid)
+        time.sleep(3)
+        busy = (cpu_seconds(pid) - c0) / 3
+        assert busy < 0.3, f"the server used {busy:.0%} of a core while out of descriptors"
+    finally:
+        for s in held:
+            s.close()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with urllib.request.urlopen(server.url + "/health", timeout=5) as r:
+                assert r.status == 200
+                break
+        except OSError:
+            assert time.monotonic() < deadline, "the server did not serve again after the connections closed"
+            time.sleep(0.2)
