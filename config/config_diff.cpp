@@ -67,6 +67,18 @@ std::vector<config_change> config_diff(const troupe_config& before, const troupe
   return out;
 }
 
+troupe_config with_restart_keys_of(const troupe_config& running, const troupe_config& next) {
+  troupe_config out = next;
+  toml::table root;
+  detail::reader r("(running config)");
+  for (const auto& s : detail::schema()) {
+    if (s.reload != reload_kind::restart) continue;
+    s.write(running, root, false);
+    if (const auto* n = node_at(root, s.key)) s.read(out, *n, r);
+  }
+  return out;
+}
+
 bool needs_restart(const std::vector<config_change>& changes) {
   for (const auto& c : changes)
     if (c.reload == reload_kind::restart) return true;

@@ -25,4 +25,8 @@ std::vector<config_change> config_diff(const troupe_config& before, const troupe
 // Whether any of `changes` needs a restart.
 bool needs_restart(const std::vector<config_change>& changes);
 
+// `next` with every restart-only key at its value in `running`: what a reload may apply while
+// serving. (A reload that also changes, say, cache.path must not reopen the cache there.)
+troupe_config with_restart_keys_of(const troupe_config& running, const troupe_config& next);
+
 }  // namespace troupe::config

@@ -33,7 +33,9 @@ reload_result config_reloader::reload_from(const troupe_config& next, const appl
   for (auto& c : config_diff(started_, next))
     if (c.reload == reload_kind::restart) r.restart_needed.push_back(std::move(c));
   if (!r.applied.empty()) {
-    auto done = apply(next);
+    // Restart-only keys keep their running values in what is applied now: they are reported
+    // (restart_needed), never applied half-way by a replaced actor.
+    auto done = apply(with_restart_keys_of(started_, next));
     if (!done) {
       r.error = "the config was not applied (the running one stays): " + done.error();
       r.applied.clear();

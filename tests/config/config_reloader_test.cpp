@@ -1,0 +1,68 @@
+// config_reloader: a reload applies the hot keys and reports the restart-only ones; what it hands
+// to the appliers keeps every restart-only key at its running value.
+#include "config/config_reloader.hpp"
+
+#include <gtest/gtest.h>
+
+#include "config/config_diff.hpp"
+
+namespace troupe::config {
+namespace {
+
+troupe_config running_config() {
+  troupe_config c;
+  c.cache.enabled = false;
+  c.cache.path = "data/cache-a";
+  c.cache.embedder = "minilm";
+  c.server.port = 8080;
+  return c;
+}
+
+// The cache turned on together with a new path and embedder: the cache may open now, but at the
+// path and with the embedder the process started with (a store built by another embedder would
+// be compared against the wrong vectors).
+TEST(ConfigReloader, AppliesHotKeysWithTheRestartOnlyOnesAtTheirRunningValues) {
+  const troupe_config running = running_config();
+  config_reloader reloader(running, "", "", {});
+  troupe_config next = running;
+  next.cache.enabled = true;            // hot
+  next.cache.threshold = 0.8f;          // hot
+  next.cache.path = "data/cache-b";     // restart
+  next.cache.embedder = "hashed_ngrams";  // restart
+  next.server.port = 9999;              // restart
+  troupe_config applied;
+  int applies = 0;
+  const auto r = reloader.reload_from(next, [&](const troupe_config& c) -> result<std::vector<std::string>> {
+    applied = c;
+    ++applies;
+    return std::vector<std::string>{"cache"};
+  });
+  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_EQ(applies, 1);
+  EXPECT_TRUE(applied.cache.enabled);
+  EXPECT_FLOAT_EQ(applied.cache.threshold, 0.8f);
+  EXPECT_EQ(applied.cache.path, "data/cache-a");
+  EXPECT_EQ(applied.cache.embedder, "minilm");
+  EXPECT_EQ(applied.server.port, 8080);
+  std::vector<std::string> restart;
+  for (const auto& c : r.restart_needed) restart.push_back(c.key);
+  EXPECT_EQ(restart, (std::vector<std::string>{"server.port", "cache.path", "cache.embedder"}));
+  EXPECT_EQ(r.applied.size(), 2u);
+}
+
+TEST(ConfigDiff, WithRestartKeysOfSplitsAReloadInTwo) {
+  troupe_config a = running_config(), b = running_config();
+  b.scheduler.policy = "sjf";
+  b.admission.tenants["bob"].tokens_per_s = 5;
+  b.model.path = "models/other.gguf";
+  b.kv.memory_mib = 1024;
+  b.plugins.push_back("libx.so");
+  const troupe_config now = with_restart_keys_of(a, b);
+  for (const auto& c : config_diff(a, now)) EXPECT_EQ(c.reload, reload_kind::hot) << c.key;
+  for (const auto& c : config_diff(now, b)) EXPECT_EQ(c.reload, reload_kind::restart) << c.key;
+  EXPECT_EQ(config_diff(a, now).size(), 5u);  // the policy and bob's four limits
+  EXPECT_EQ(config_diff(now, b).size(), 3u);
+}
+
+}  // namespace
+}  // namespace troupe::config
