@@ -398,6 +398,7 @@ std::vector<key_spec> make_schema() {
   v.push_back(integer_key("server.max_ws_queue_bytes", restart, 1, 16 * gib, TROUPE_FIELD(server.max_ws_queue_bytes)));
   v.push_back(integer_key("server.ws_idle_timeout_s", restart, 2, 86400, TROUPE_FIELD(server.ws_idle_timeout_s)));
   v.push_back(integer_key("server.http_read_timeout_s", restart, 1, 3600, TROUPE_FIELD(server.http_read_timeout_s)));
+  v.push_back(integer_key("server.shutdown_grace_s", restart, 0, 3600, TROUPE_FIELD(server.shutdown_grace_s)));
   v.push_back(integer_key("server.resume_window_s", restart, 0, 86400, TROUPE_FIELD(server.resume_window_s)));
   v.push_back(integer_key("server.resume_keep_tokens", restart, 0, 16 * mib, TROUPE_FIELD(server.resume_keep_tokens)));
 

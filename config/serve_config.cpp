@@ -115,6 +115,7 @@ net::serve_options to_serve_options(const troupe_config& c) {
   s.max_ws_queue_bytes = static_cast<size_t>(c.server.max_ws_queue_bytes);
   s.ws_idle_timeout = std::chrono::seconds(c.server.ws_idle_timeout_s);
   s.http_read_timeout = std::chrono::seconds(c.server.http_read_timeout_s);
+  s.shutdown_grace = std::chrono::seconds(c.server.shutdown_grace_s);
   s.resume_window = std::chrono::seconds(c.server.resume_window_s);
   s.resume_keep_tokens = static_cast<size_t>(c.server.resume_keep_tokens);
 

@@ -42,6 +42,7 @@ server_section::server_section() {
   max_ws_queue_bytes = static_cast<int64_t>(s.max_ws_queue_bytes);
   ws_idle_timeout_s = s.ws_idle_timeout.count();
   http_read_timeout_s = s.http_read_timeout.count();
+  shutdown_grace_s = s.shutdown_grace.count();
   resume_window_s = std::chrono::duration_cast<std::chrono::seconds>(s.resume_window).count();
   resume_keep_tokens = static_cast<int64_t>(s.resume_keep_tokens);
 }

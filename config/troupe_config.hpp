@@ -25,6 +25,7 @@ struct server_section {
   int64_t max_ws_queue_bytes = 0;
   int64_t ws_idle_timeout_s = 0;
   int64_t http_read_timeout_s = 0;
+  int64_t shutdown_grace_s = 0;
   int64_t resume_window_s = 0;
   int64_t resume_keep_tokens = 0;
   server_section();

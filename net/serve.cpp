@@ -304,6 +304,12 @@ void serve_instance::stop() {
   if (impl_) impl_->stop();
 }
 
+void serve_instance::begin_drain() {
+  if (impl_ && impl_->srv) impl_->srv->begin_drain();
+}
+
+int64_t serve_instance::in_flight() const { return impl_ && impl_->srv ? impl_->srv->in_flight() : 0; }
+
 int run_serve(const serve_options& o) {
   // Every thread started from here on inherits the mask; this thread takes the signals.
   sigset_t set;
@@ -333,8 +339,23 @@ int run_serve(const serve_options& o) {
       continue;
     }
     if (sig == SIGINT || sig == SIGTERM) {
-      std::printf("troupe serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+      // Graceful: stop taking requests, let the running ones finish within the grace period;
+      // a second signal (or the end of the period) stops at once.
+      s.begin_drain();
+      const auto grace = o.server.shutdown_grace;
+      std::printf("troupe serve: %s, shutting down: %lld running requests may finish within %lld s "
+                  "(signal again to stop now)\n",
+                  sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(s.in_flight()),
+                  static_cast<long long>(grace.count()));
       std::fflush(stdout);
+      const auto deadline = std::chrono::steady_clock::now() + grace;
+      while (s.in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+        timespec tick{0, 50 * 1000 * 1000};
+        const int again = sigtimedwait(&set, nullptr, &tick);
+        if (again == SIGINT || again == SIGTERM) break;
+      }
+      if (s.in_flight() > 0)
+        std::printf("troupe serve: stopping with %lld requests still running\n", static_cast<long long>(s.in_flight()));
       break;
     }
     if (!announced && s.wait_ready(std::chrono::milliseconds(0))) {

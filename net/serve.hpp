@@ -63,6 +63,9 @@ class serve_instance {
   result<std::vector<std::string>> reconfigure(const std::function<void(actors::pipeline_config&)>& edit);
   // Runs an admin action as /admin does (for SIGHUP).
   inference::admin_reply admin(const std::string& action);
+  // Graceful shutdown (server::begin_drain): no new requests; in_flight() counts the running ones.
+  void begin_drain();
+  int64_t in_flight() const;
   // Stops the server, then the pipeline. Idempotent.
   void stop();
 

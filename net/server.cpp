@@ -115,6 +115,15 @@ class http_session : public std::enable_shared_from_this<http_session> {
     head_request_ = method == http::verb::head;
     const bool get = method == http::verb::get || head_request_;
 
+    if (ctx_.draining && path != "/health" && path != "/metrics") {
+      // Shutting down: running requests finish, new ones go elsewhere.
+      endpoint_ = "other";
+      keep_alive_ = false;
+      retry_after_s_ = 1;
+      api_error e = bad_status(503, "the server is shutting down; retry on another instance", "shutting_down");
+      e.type = "server_error";
+      return send_error(e);
+    }
     if (path == "/v1/ws") {
       endpoint_ = "ws";
       if (!beast::websocket::is_upgrade(req))
@@ -137,9 +146,10 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (path == "/health") {
       endpoint_ = "health";
       if (!get) return method_not_allowed("GET");
-      const bool ok = ctx_.inf.ready();
+      const bool draining = ctx_.draining;
+      const bool ok = ctx_.inf.ready() && !draining;
       const std::string details = ctx_.inf.health_details();
-      std::string body = ok ? R"({"status":"ok")" : R"({"status":"loading")";
+      std::string body = ok ? R"({"status":"ok")" : draining ? R"({"status":"draining")" : R"({"status":"loading")";
       if (!details.empty()) body += "," + details;
       return send(ok ? http::status::ok : http::status::service_unavailable, body + "}", "application/json");
     }
@@ -302,7 +312,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     t_start_ = std::chrono::steady_clock::now();
     t_last_ = {};
     std::weak_ptr<http_session> w = weak_from_this();
-    cancel_ = ctx_.inf.submit(std::move(req.spec), [w](const event& e) {
+    cancel_ = ctx_.submit(std::move(req.spec), [w](const event& e) {
       if (auto s = w.lock()) {
         auto ex = s->stream_.get_executor();
         asio::post(ex, [s = std::move(s), e] { s->on_event(e); });
@@ -575,6 +585,14 @@ status server::start() {
 }
 
 uint16_t server::port() const { return impl_->port; }
+
+void server::begin_drain() {
+  if (!impl_ || impl_->stopped) return;
+  impl_->ctx.draining = true;
+  if (impl_->lis) asio::post(impl_->ctx.ioc, [l = impl_->lis] { l->close(); });
+}
+
+int64_t server::in_flight() const { return impl_ ? impl_->ctx.in_flight.load() : 0; }
 
 void server::stop() {
   if (!impl_ || impl_->stopped) return;

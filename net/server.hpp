@@ -30,6 +30,9 @@ struct server_options {
   // previous response on a keep-alive connection (so it is also the idle limit): slow or stalled
   // senders do not hold connections for long.
   std::chrono::seconds http_read_timeout{30};
+  // SIGTERM / SIGINT: how long running requests may take to finish before the server stops
+  // anyway (a second signal stops it at once).
+  std::chrono::seconds shutdown_grace{20};
   std::chrono::milliseconds resume_window{60000};  // how long ended / orphaned WebSocket streams stay resumable
   size_t resume_keep_tokens = 4096;             // tokens kept per stream for resumption
 
@@ -54,6 +57,11 @@ class server {
   uint16_t port() const;
   // Stops accepting, ends the I/O threads. Idempotent.
   void stop();
+  // Graceful shutdown, first half: stops accepting connections; requests that arrive on open
+  // ones get 503 shutting_down (WebSocket: an error frame), /health says "draining". Running
+  // requests go on; in_flight() counts them down. Then stop().
+  void begin_drain();
+  int64_t in_flight() const;
 
   struct impl;
 

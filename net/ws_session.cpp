@@ -105,6 +105,8 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
 
   void generate(client_frame& f) {
     if (!ctx_.inf.ready()) return send(error_frame(f.id, "loading", "the model is still loading; retry shortly"));
+    if (ctx_.draining)
+      return send(error_frame(f.id, "shutting_down", "the server is shutting down; retry on another instance"));
     auto rec = ctx_.resumes.create(owner_, f.id, f.resume_key);
     if (!rec) return send(error_frame(f.id, "duplicate_id", "a request with id '" + f.id + "' is still running"));
     rec->attach(make_sink(), -1, this);
@@ -140,7 +142,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     };
     // Manual acks: a token counts as consumed once its frame is written (stream_record), so a
     // reader that falls behind pauses its streams at the streamer.
-    auto sub = ctx_.inf.submit(std::move(f.spec), std::move(on_event), /*manual_ack=*/true);
+    auto sub = ctx_.submit(std::move(f.spec), std::move(on_event), /*manual_ack=*/true);
     rec->set_cancel(std::move(sub.cancel));
     rec->set_ack(std::move(sub.ack));
   }

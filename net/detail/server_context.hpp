@@ -1,5 +1,8 @@
 #pragma once
 // Shared by the Beast translation units (server.cpp, ws_session.cpp): what every session needs.
+#include <atomic>
+#include <memory>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -21,6 +24,23 @@ struct server_context {
   metrics& met;
   resume_store resumes;
   boost::asio::io_context ioc;
+  // Shutting down (server::drain): no new request is taken, running ones may finish.
+  std::atomic<bool> draining{false};
+  // Requests submitted and not yet ended (their final event not yet delivered).
+  std::atomic<int64_t> in_flight{0};
+
+  // inf.submit, counted in in_flight until the request's final event (done or error).
+  submission submit(actors::request_spec spec, std::function<void(const event&)> on_event, bool manual_ack = false) {
+    in_flight.fetch_add(1);
+    auto counted = std::make_shared<std::atomic<bool>>(false);
+    return inf.submit(
+        std::move(spec),
+        [this, counted, on_event = std::move(on_event)](const event& e) {
+          on_event(e);
+          if (!std::holds_alternative<actors::token_event>(e) && !counted->exchange(true)) in_flight.fetch_sub(1);
+        },
+        manual_ack);
+  }
 };
 
 // Takes over an upgraded connection. `owner` is the API key (resumption is per key), `tenant`

@@ -1,8 +1,9 @@
 """HTTP at the edges, over raw sockets against `troupe serve` (real model): HEAD answers GET's
 status and headers without a body (a keep-alive connection then reads the next response
 cleanly), and senders that stall (partial headers, a partial body, nothing at all) are cut off
-after `server.http_read_timeout_s` while other clients are served meanwhile, and a server out of
-file descriptors waits for them instead of spinning on accept."""
+after `server.http_read_timeout_s` while other clients are served meanwhile, a server out of
+file descriptors waits for them instead of spinning on accept, and SIGTERM lets running streams
+finish while refusing new requests."""
 import os
 import resource
 import socket
@@ -71,7 +72,7 @@ def test_stalled_senders_are_cut_off_and_others_are_served(server, stall):
         assert s.recv(1024) == b"", "the server should close a stalled connection without an answer"
         s.close()
     took = time.monotonic() - t0
-    assert READ_TIMEOUT_S - 0.5 <= took <= READ_TIMEOUT_S + 5, took
+    assert READ_TIMEOUT_S - 1 <= took <= READ_TIMEOUT_S + 8, took
 
 
 def test_a_keep_alive_connection_may_idle_up_to_the_timeout(server):
@@ -119,3 +120,63 @@ def test_out_of_descriptors_the_server_waits_instead_of_spinning(server):
         except OSError:
             assert time.monotonic() < deadline, "the server did not serve again after the connections closed"
             time.sleep(0.2)
+
+
+def test_sigterm_lets_running_streams_finish_and_takes_no_new_requests():
+    """SIGTERM drains: a running SSE stream and a WebSocket stream end whole (usage, [DONE], done
+    frame), a request on a connection opened before gets 503 shutting_down, /health says
+    draining, new connections are refused, and the process exits 0 once the streams are done."""
+    import contextlib
+    import http.client
+    import json
+    import signal
+    import threading
+
+    from websockets.sync.client import connect as ws_connect
+
+    # Streams long enough (~1000 tokens) to be running still when the signal and the probes come.
+    with running_server("--no-cache", "--set", "server.shutdown_grace_s=60") as s, contextlib.ExitStack() as stack:
+        body = json.dumps({"prompt": "Tell a long story about the sea.", "max_tokens": 1200,
+                           "temperature": 0, "ignore_eos": True, "stream": True})
+        sse = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        sse.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        resp = sse.getresponse()
+        assert resp.status == 200
+        idle = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)  # opened before the signal
+        idle.request("GET", "/health")
+        assert idle.getresponse().read()
+        ws = stack.enter_context(ws_connect(s.ws_url, open_timeout=30))
+        ws.send(json.dumps({"type": "generate", "id": "w", "prompt": "Count to one hundred.", "max_tokens": 1000,
+                            "temperature": 0, "ignore_eos": True}))
+        first = json.loads(ws.recv(timeout=60))
+        assert first["type"] == "token", first
+        first_line = resp.readline()
+        assert first_line.startswith(b"data: "), first_line
+
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        idle.request("GET", "/health")
+        h = idle.getresponse()
+        assert h.status == 503 and json.loads(h.read())["status"] == "draining"
+        late = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+        try:
+            late.request("POST", "/v1/completions", json.dumps({"prompt": "hi", "max_tokens": 2}),
+                         {"Content-Type": "application/json"})
+            r = late.getresponse()
+            assert r.status == 503 and json.loads(r.read())["error"]["code"] == "shutting_down"
+        except (ConnectionRefusedError, ConnectionResetError, http.client.RemoteDisconnected):
+            pass  # the listener is closed (or closed as this connection queued): as good
+        ws_frames = [first]
+        while ws_frames[-1]["type"] == "token":
+            ws_frames.append(json.loads(ws.recv(timeout=60)))
+        assert ws_frames[-1]["type"] == "done", ws_frames[-1]
+        assert ws_frames[-1]["usage"]["completion_tokens"] == 1000
+        assert len(ws_frames) == 1001
+        lines = [first_line] + [line for line in iter(resp.readline, b"")]
+        data = [line[6:].strip() for line in lines if line.startswith(b"data: ")]
+        assert data[-1] == b"[DONE]", data[-3:]
+        chunks = [json.loads(d) for d in data[:-1]]
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length", chunks[-1]
+        s.proc.wait(30)
+        assert s.proc.returncode == 0
+        assert any("shutting down" in line for line in s.log), s.output()
