@@ -1,5 +1,8 @@
 #include "net/api.hpp"
 
+#include <cmath>
+#include <limits>
+
 #include <simdjson.h>
 
 #include "net/json_writer.hpp"
@@ -119,20 +122,38 @@ struct reader {
     if (auto e = get(k)) {
       if (e->is_int64()) out = int64_t(*e);
       else if (e->is_uint64()) wrong(k, "an integer within range", *e);
-      else if (e->is_double() && double(*e) == static_cast<double>(static_cast<int64_t>(double(*e))))
+      else if (e->is_double() && std::fabs(double(*e)) < 9.0e18 &&
+               double(*e) == static_cast<double>(static_cast<int64_t>(double(*e))))
         out = static_cast<int64_t>(double(*e));
+      else if (e->is_double() && std::nearbyint(double(*e)) == double(*e))
+        wrong(k, "an integer within range", *e);
       else wrong(k, "an integer", *e);
     }
   }
+  // An integer field narrower than 64 bits: a value that does not fit is named as out of range
+  // (it used to wrap: top_k 10^12 read as a negative number).
   template <class I>
   void int_as(std::string_view k, I& out) {
     int64_t v = out;
     integer(k, v);
+    if (err) return;
+    constexpr int64_t lo = static_cast<int64_t>(std::numeric_limits<I>::min());
+    constexpr int64_t hi = std::numeric_limits<I>::max() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                               ? std::numeric_limits<int64_t>::max()
+                               : static_cast<int64_t>(std::numeric_limits<I>::max());
+    if (v < lo || v > hi) {
+      err = bad_request("'" + prefix + std::string(k) + "' is out of range (" + std::to_string(lo) + ".." +
+                            std::to_string(hi) + ")",
+                        prefix + std::string(k));
+      return;
+    }
     out = static_cast<I>(v);
   }
 };
 
 std::string describe_parse_error(simdjson::error_code ec) {
+  if (ec == simdjson::NUMBER_ERROR || ec == simdjson::NUMBER_OUT_OF_RANGE)
+    return "a number in the body is malformed or out of range (integers must fit in 64 bits)";
   return std::string("the body is not valid JSON (") + simdjson::error_message(ec) + ")";
 }
 
@@ -152,7 +173,9 @@ void read_common(reader& r, actors::request_spec& s) {
   r.real("frequency_penalty", s.sampling.frequency_penalty);
   r.real("presence_penalty", s.sampling.presence_penalty);
   r.real("repetition_penalty", s.sampling.repetition_penalty);
-  r.int_as("seed", s.sampling.seed);
+  int64_t seed = static_cast<int64_t>(s.sampling.seed);
+  r.integer("seed", seed);
+  s.sampling.seed = static_cast<uint64_t>(seed);  // any 64-bit integer; a negative one wraps
   r.int_as("priority", s.priority);
   r.boolean("ignore_eos", s.ignore_eos);
   r.boolean("cache", s.cache);

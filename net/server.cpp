@@ -80,6 +80,11 @@ class http_session : public std::enable_shared_from_this<http_session> {
       return send_error(bad_status(413, "the body is larger than " + std::to_string(ctx_.opts.max_body_bytes) +
                                             " bytes", "body_too_large"));
     }
+    if (ec == http::error::header_limit) {
+      keep_alive_ = false;
+      endpoint_ = "other";
+      return send_error(bad_status(431, "the request headers are larger than 16384 bytes", "headers_too_large"));
+    }
     if (ec && ec.category() == http::make_error_code(http::error::bad_target).category()) {
       keep_alive_ = false;
       endpoint_ = "other";
@@ -126,6 +131,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (path == "/v1/ws") {
       endpoint_ = "ws";
+      if (!get) return method_not_allowed("GET (a WebSocket upgrade)");
       if (!beast::websocket::is_upgrade(req))
         return send_error(bad_status(400, "/v1/ws needs a WebSocket upgrade", "not_websocket"));
       std::string owner, tenant;
@@ -293,7 +299,12 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void close() {
     if (closed_) return;
     closed_ = true;
-    if (cancel_ && !ended_) cancel_();
+    if (cancel_ && !ended_) {
+      // The client went away before its answer: counted as nginx does, 499 (a stream whose
+      // head went out was counted 200 then).
+      if (!head_sent_) ctx_.met.count_request(endpoint_, "499");
+      cancel_();
+    }
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
     stream_.socket().close(ec);

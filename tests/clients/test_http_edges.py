@@ -54,6 +54,39 @@ def test_head_is_get_without_the_body(server):
             assert rest.startswith(b"HTTP/1.1 200"), (path, rest[:80])
 
 
+def test_oversized_headers_are_431_and_a_post_to_the_websocket_path_is_405(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
+        status, _, body = read_response(s)
+        assert status == 431, body
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"POST /v1/ws HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        assert read_response(s)[0] == 405
+
+
+def metric(server, name):
+    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_client_that_leaves_before_its_answer_is_counted_499(server):
+    name = 'troupe_requests_total{endpoint="completions",status="499"}'
+    before = metric(server, name)
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+            body = b'{"prompt":"Write a long essay about rain.","max_tokens":400,"ignore_eos":true}'
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            time.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while metric(server, name) < before + 3:
+        assert time.monotonic() < deadline, metric(server, name)
+        time.sleep(0.2)
+
+
 @pytest.mark.parametrize("stall", [
     b"GET /health HTTP/1.1\r\nHost: x\r\n",  # headers never end
     b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":",  # body stops

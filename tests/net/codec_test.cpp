@@ -72,6 +72,30 @@ TEST(openai, rejects_bad_json_and_wrong_types) {
   EXPECT_EQ(role.error.param, "messages[0].role");
 }
 
+// Integers that do not fit their field are named as out of range (top_k 10^12 used to wrap to a
+// negative number and read "must be >= 0"); numbers beyond 64 bits are named as such; huge
+// doubles are refused without undefined behaviour; any 64-bit seed goes, a negative one wraps.
+TEST(openai, out_of_range_integers_are_named) {
+  const std::string chat = R"("messages":[{"role":"user","content":"x"}])";
+  auto big = parse_openai_request("{" + chat + R"(,"top_k":1000000000000})", true);
+  ASSERT_FALSE(big.request);
+  EXPECT_EQ(big.error.param, "top_k");
+  EXPECT_NE(big.error.message.find("out of range"), std::string::npos) << big.error.message;
+  auto huge = parse_openai_request("{" + chat + R"(,"priority":1e300})", true);
+  ASSERT_FALSE(huge.request);
+  EXPECT_EQ(huge.error.param, "priority");
+  auto beyond = parse_openai_request("{" + chat + R"(,"seed":99999999999999999999999})", true);
+  ASSERT_FALSE(beyond.request);
+  EXPECT_EQ(beyond.error.code, "invalid_json");
+  EXPECT_NE(beyond.error.message.find("64 bits"), std::string::npos) << beyond.error.message;
+  auto seed = parse_openai_request("{" + chat + R"(,"seed":-1})", true);
+  ASSERT_TRUE(seed.request) << seed.error.message;
+  EXPECT_EQ(seed.request->spec.sampling.seed, ~uint64_t{0});
+  auto ok = parse_openai_request("{" + chat + R"(,"top_k":40})", true);
+  ASSERT_TRUE(ok.request);
+  EXPECT_EQ(ok.request->spec.sampling.top_k, 40);
+}
+
 TEST(openai, error_json_shape_and_status_mapping) {
   auto e = from_pipeline_error({0, actors::errc::overloaded, "busy", 1500});
   EXPECT_EQ(e.status, 429);
