@@ -302,6 +302,14 @@ parsed_openai parse_openai_request(std::string_view body, bool chat) {
   int64_t n = 1;
   r.integer("n", n);
   if (!r.err && n != 1) r.err = bad_request("only n = 1 is supported", "n");
+  // Token logprobs are not returned over HTTP: asking for them is refused by name rather than
+  // answered with `logprobs: null` (false, 0 and null are accepted).
+  if (auto lp = r.get("logprobs"); lp && !r.err) {
+    const bool asked = lp->is_bool() ? bool(*lp) : lp->is_null() ? false : !(lp->is_int64() && int64_t(*lp) == 0);
+    if (asked) r.err = bad_request("'logprobs' are not supported by this server (send false, 0 or leave it out)", "logprobs");
+  }
+  if (auto tl = r.get("top_logprobs"); tl && !r.err && !tl->is_null() && !(tl->is_int64() && int64_t(*tl) == 0))
+    r.err = bad_request("'top_logprobs' are not supported by this server (send 0 or leave it out)", "top_logprobs");
   if (chat) {
     read_messages(r, req.spec);
     if (!r.err && req.spec.messages.empty()) r.err = bad_request("'messages' is required", "messages");

@@ -96,6 +96,19 @@ TEST(openai, out_of_range_integers_are_named) {
   EXPECT_EQ(ok.request->spec.sampling.top_k, 40);
 }
 
+// Logprobs are refused by name (not answered with null); false, 0 and null are fine.
+TEST(openai, logprobs_asked_for_are_refused_by_name) {
+  const std::string chat = R"("messages":[{"role":"user","content":"x"}])";
+  for (const char* v : {R"("logprobs":true)", R"("logprobs":3)", R"("top_logprobs":2)"}) {
+    auto r = parse_openai_request("{" + chat + "," + v + "}", true);
+    ASSERT_FALSE(r.request) << v;
+    EXPECT_NE(r.error.param.find("logprobs"), std::string::npos) << v;
+    EXPECT_NE(r.error.message.find("not supported"), std::string::npos) << v;
+  }
+  for (const char* v : {R"("logprobs":false)", R"("logprobs":0)", R"("logprobs":null)", R"("top_logprobs":0)"})
+    EXPECT_TRUE(parse_openai_request("{" + chat + "," + v + "}", true).request) << v;
+}
+
 TEST(openai, error_json_shape_and_status_mapping) {
   auto e = from_pipeline_error({0, actors::errc::overloaded, "busy", 1500});
   EXPECT_EQ(e.status, 429);
