@@ -78,7 +78,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
         owner_ = f.key;
         tenant_ = ctx_.opts.tenant_of(idx);
       }
-      return;
+      return send(R"({"type":"authed"})");  // so that the client knows it may go on
     }
     if (!authed_)
       return send(error_frame(f.id, "unauthorized",

@@ -215,6 +215,7 @@
       let f;
       try { f = JSON.parse(ev.data); } catch (e) { return; }
       if (f.type === "pong") return;
+      if (f.type === "authed") return setStatus("open", "connected — key accepted");
       if (!current || f.id !== current.id) {
         // Not about the running answer: an auth problem or a frame the server could not read.
         if (f.type === "error") setStatus("open", "connected — " + f.code + ": " + f.message);

@@ -350,6 +350,8 @@ def test_auth_by_header_or_first_frame():
             f = await recv_json(ws)
             assert f["type"] == "error" and f["code"] == "unauthorized", f
             await ws.send(json.dumps({"type": "auth", "key": "k1"}))
+            f = await recv_json(ws)
+            assert f == {"type": "authed"}, f
             await ws.send(generate("f", "Hi", 2))
             _, done = await read_until_end(ws, "f")
             assert done["type"] == "done"
