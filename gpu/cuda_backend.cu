@@ -583,11 +583,9 @@ result<std::vector<model::token_logprob>> cuda_backend::impl::copy_back_samples(
   TROUPE_CUDA_TRY(cudaMemcpyAsync(h_tok.p, sb.greedy.p, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost, stream));
   TROUPE_CUDA_TRY(cudaMemcpyAsync(h_lp.p, sb.logprob.p, static_cast<size_t>(rows) * 4, cudaMemcpyDeviceToHost, stream));
   TROUPE_CUDA_TRY(cudaStreamSynchronize(stream));
+  // A row with no finite logit comes back as token -1: the scheduler fails that sequence alone.
   std::vector<model::token_logprob> out;
-  for (int i = 0; i < rows; ++i) {
-    if (h_tok.p[i] < 0) return make_error("logits row " + std::to_string(i) + " has no finite value to sample from");
-    out.push_back({h_tok.p[i], h_lp.p[i]});
-  }
+  for (int i = 0; i < rows; ++i) out.push_back({h_tok.p[i] < 0 ? -1 : h_tok.p[i], h_lp.p[i]});
   return out;
 }
 

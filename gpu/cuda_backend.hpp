@@ -68,6 +68,7 @@ class cuda_backend : public model::backend {
   // (temperature 0) or temperature with top_k in 1..64 and top_p, drawn by (seed, n_generated)
   // as model::sample_token does. Penalties, min_p, logprob alternatives and top_k outside 1..64
   // are not done on the device: an error says so (sample on the host from the logits instead).
+  // A row without a finite logit comes back as token -1.
   result<std::vector<model::token_logprob>> sample_last(const std::vector<model::sampling_params>& p,
                                                        const std::vector<int64_t>& n_generated);
 

@@ -273,7 +273,7 @@ __global__ void sample_topk_kernel(const float* logits, float* scratch, int n_vo
     }
     __syncthreads();
   }
-  if (n_top == 0) {  // every logit -inf (or NaN): nothing to draw from
+  if (n_top == 0) {  // every logit -inf: nothing to draw from
     if (threadIdx.x == 0) {
       token[blockIdx.x] = -1;
       logprob[blockIdx.x] = -INFINITY;

@@ -96,18 +96,25 @@ size_t pick_ranked(const std::vector<double>& w, double mass, const sampling_par
 }
 
 // The whole vocabulary in rank order without sorting it. Logits fall into buckets by their
-// distance below the maximum (bucket 0 holds it; the last bucket everything from 32 temperatures
-// down, whose weights are below e^-32), so each bucket is a contiguous run of the ranking with its
-// weight summed in one pass; walking the ranking visits the buckets in order and sorts only the
-// one where the running share crosses what is looked for. O(n) however flat the distribution:
-// the draw of a near-uniform row no longer sorts 49152 candidates.
+// distance below the maximum (bucket 0 holds it), the buckets spanning the row's finite range or
+// 32 temperatures, whichever is less (the last bucket takes everything lower: weights below
+// e^-32), so each bucket is a contiguous run of the ranking with its weight summed in one pass;
+// walking the ranking visits the buckets in order and sorts only the one where the running share
+// crosses what is looked for. O(n) however flat or peaked the row (only a row of equal logits
+// sorts them all).
 class ranked_vocabulary {
  public:
   static constexpr int k_buckets = 1024;
 
   ranked_vocabulary(const float* l, const float* w, int32_t n, float mx, float temperature, double mass)
       : l_(l), w_(w), n_(n), mass_(mass), bucket_of_(static_cast<size_t>(n)) {
-    const float per = static_cast<float>(k_buckets) / (32.0f * temperature);
+    float lo = mx;
+    for (int32_t i = 0; i < n; ++i)
+      if (l[i] < lo && l[i] > -std::numeric_limits<float>::infinity()) lo = l[i];
+    const float range = std::min(mx - lo, 32.0f * std::max(temperature, 1e-30f));
+    const float per = range > 0.0f && range < std::numeric_limits<float>::infinity()
+                          ? static_cast<float>(k_buckets) / range
+                          : 0.0f;
     weight_.assign(k_buckets, 0.0);
     count_.assign(k_buckets, 0);
     for (int32_t i = 0; i < n; ++i) {
@@ -128,9 +135,16 @@ class ranked_vocabulary {
   // The first place whose running share (w / mass summed from the top, itself included) reaches
   // `target` (>= when inclusive, else >), walking no further than `limit`; the limit (or the
   // last candidate) when rounding leaves the share short. `share` gets the running share there.
+  // The share of every candidate together (1 up to rounding), summed as find() walks.
+  double total_share() const {
+    double t = 0.0;
+    for (double x : weight_) t += x / mass_;
+    return t;
+  }
+
   place find(double target, bool inclusive, const place* limit, double* share) {
     double acc = 0.0;
-    int last_bucket = -1;  // the last non-empty bucket walked past (for the rounding fallback)
+    int last_bucket = -1;  // the last bucket with weight walked past (for the rounding fallback)
     auto reached = [&](double a) { return inclusive ? a >= target : a > target; };
     for (int b = 0; b < k_buckets; ++b) {
       if (count_[static_cast<size_t>(b)] == 0) continue;
@@ -138,7 +152,7 @@ class ranked_vocabulary {
       const double bucket_share = weight_[static_cast<size_t>(b)] / mass_;
       if (!at_limit_bucket && !reached(acc + bucket_share)) {
         acc += bucket_share;
-        last_bucket = b;
+        if (bucket_share > 0.0) last_bucket = b;
         continue;
       }
       const auto& c = ranked(b);
@@ -149,15 +163,27 @@ class ranked_vocabulary {
           return {b, i};
         }
       }
-      last_bucket = b;  // rounding: the bucket's sum reached the target, its elements did not
+      if (bucket_share > 0.0) last_bucket = b;  // rounding: the bucket's sum reached the target, its elements did not
     }
     *share = acc;
-    return {last_bucket, ranked(last_bucket).size() - 1};
+    // Rounding left the share short of the target: the last candidate with any weight (never
+    // one of the zero-weight tail).
+    if (last_bucket < 0) return {first_bucket(), 0};
+    const auto& c = ranked(last_bucket);
+    size_t i = c.size() - 1;
+    while (i > 0 && !(w_[c[i].id] > 0.0f)) --i;
+    return {last_bucket, i};
   }
 
   int32_t id(const place& p) { return ranked(p.bucket)[p.index].id; }
 
  private:
+  int first_bucket() const {
+    int b = 0;
+    while (b + 1 < k_buckets && count_[static_cast<size_t>(b)] == 0) ++b;
+    return b;
+  }
+
   // Bucket b's candidates in rank order, gathered and sorted on first use.
   const std::vector<candidate>& ranked(int b) {
     auto& c = sorted_[b];
@@ -262,13 +288,15 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
     const float* wl = e.data();  // temperature 1: the log-softmax's own exps
     double mass = z;
     if (p.temperature != 1.0f) {
-      const float inv_t = 1.0f / p.temperature;
+      // (l - max) / t, at most 0; 1/t capped so that a tiny temperature cannot overflow it to
+      // inf (and inf - inf to NaN): everything but the maxima then weighs 0.
+      const float inv_t = 1.0f / std::max(p.temperature, 1e-30f);
       if (scaled.size() < static_cast<size_t>(n_vocab)) {
         scaled.resize(static_cast<size_t>(n_vocab));
         et.resize(static_cast<size_t>(n_vocab));
       }
-      for (int32_t i = 0; i < n_vocab; ++i) scaled[static_cast<size_t>(i)] = l[i] * inv_t;
-      mass = exp_sum(scaled.data(), mx * inv_t, et.data(), n_vocab);
+      for (int32_t i = 0; i < n_vocab; ++i) scaled[static_cast<size_t>(i)] = (l[i] - mx) * inv_t;
+      mass = exp_sum(scaled.data(), 0.0f, et.data(), n_vocab);
       wl = et.data();
     }
     if (p.min_p > 0.0f) {
@@ -284,7 +312,7 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
       pick = pick_ranked(w, mass, p, u);
     } else {
       ranked_vocabulary rv(l, wl, n_vocab, mx, p.temperature, mass);
-      double kept = 1.0;  // the share the draw runs over: everything, or top_p's prefix
+      double kept = rv.total_share();  // the share the draw runs over: everything, or top_p's prefix
       ranked_vocabulary::place cut;
       const bool has_cut = p.top_p < 1.0f;
       if (has_cut) cut = rv.find(p.top_p, true, nullptr, &kept);

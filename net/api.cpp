@@ -460,7 +460,7 @@ parsed_frame parse_client_frame(std::string_view text) {
       r.err = bad_request("'generate' takes 'messages' or 'prompt', not both", "prompt");
     r.str("resume_key", f.resume_key);
     if (!r.err && r.get("resume_key") && (f.resume_key.size() < 16 || f.resume_key.size() > 256))
-      r.err = bad_request("'resume_key' must be 16 to 256 characters (a secret only this client knows)", "resume_key");
+      r.err = bad_request("'resume_key' must be 16 to 256 bytes (a secret only this client knows)", "resume_key");
   } else if (type == "cancel") {
     f.type = frame_type::cancel;
     need_id();

@@ -70,9 +70,10 @@ void stream_record::add_token(int32_t index, std::string frame) {
   if (now) ack(1);
 }
 
-void stream_record::finish(std::string frame, clock::time_point now, clock::duration window) {
+void stream_record::finish(std::string frame, clock::time_point now, clock::duration window,
+                           std::shared_ptr<void> hold) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (sink_) sink_(frame, {});
+  if (sink_) sink_(frame, [hold = std::move(hold)] {});
   final_ = std::move(frame);
   expires_ = now + window;
   cancel_ = nullptr;
@@ -141,6 +142,10 @@ std::shared_ptr<stream_record> resume_store::create(const std::string& owner, co
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = records_[{owner, id}];
   if (slot && !slot->ended()) return nullptr;
+  // An ended stream that its owner may still resume is not taken over by a generate that does
+  // not hold its key (the owner would lose its final frame).
+  if (slot && slot->resumable() && !slot->resumable_with(resume_key) && !slot->expired(stream_record::clock::now()))
+    return nullptr;
   slot = std::make_shared<stream_record>(owner, id, keep_, resume_key);
   return slot;
 }

@@ -46,14 +46,18 @@ class stream_record : public std::enable_shared_from_this<stream_record> {
   // Whether `key` is this stream's resume key (compared in constant time); never for a stream
   // started without one.
   bool resumable_with(std::string_view key) const;
+  // Whether it was started with a resume key (else nobody can ever resume it).
+  bool resumable() const { return !resume_key_.empty(); }
 
   void set_cancel(cancel_fn c);
   void set_ack(ack_fn a);
   void cancel();
 
-  // Records a token frame / the final frame and forwards it to the attached sink.
+  // Records a token frame / the final frame and forwards it to the attached sink. `hold` (may be
+  // empty) lives until the final frame is written or dropped by the attached connection, or
+  // goes at once when none is attached (a drain waits on it).
   void add_token(int32_t index, std::string frame);
-  void finish(std::string frame, clock::time_point now, clock::duration window);
+  void finish(std::string frame, clock::time_point now, clock::duration window, std::shared_ptr<void> hold = {});
 
   // Attaches `sink` after replaying every frame with an index above `from_index`, and the final
   // frame if there is one. Another connection still attached is told with `displaced` (its
@@ -94,7 +98,8 @@ class resume_store {
   explicit resume_store(std::chrono::milliseconds window = std::chrono::seconds(60), size_t keep_tokens = 4096) :
       window_(window), keep_(keep_tokens) {}
 
-  // A new record, or nullptr when (owner, id) names a stream that is still running.
+  // A new record, or nullptr when (owner, id) names a stream that is still running, or one that
+  // ended but may still be resumed with another resume_key than this one (within its window).
   std::shared_ptr<stream_record> create(const std::string& owner, const std::string& id,
                                         const std::string& resume_key = {});
   std::shared_ptr<stream_record> find(const std::string& owner, const std::string& id) const;

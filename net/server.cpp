@@ -116,6 +116,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
     version_ = req.version();
     const std::string path = strip_query(req.target());
     const auto method = req.method();
+    // In flight until its answer is written: taken before the draining check, so a drain that
+    // sees none in flight knows every later request sees it draining.
+    flight_ = ctx_.flight();
     // HEAD is GET without the body (RFC 9110): the same status and headers, Content-Length included.
     head_request_ = method == http::verb::head;
     const bool get = method == http::verb::get || head_request_;
@@ -146,6 +149,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
           return send_error(unauthorised());
         }
       }
+      flight_.reset();  // the WebSocket session counts its own requests
       detail::start_ws_session(ctx_, std::move(stream_), std::move(req), owner, tenant, authed);
       return;
     }
@@ -264,6 +268,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   template <class Response>
   void write(const std::shared_ptr<Response>& res) {
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
+      self->flight_.reset();  // the answer is out (or the connection is gone)
       if (ec) return self->close();
       if (!res->keep_alive()) return self->close();
       self->reset_request_state();
@@ -297,6 +302,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   }
 
   void close() {
+    flight_.reset();
     if (closed_) return;
     closed_ = true;
     if (cancel_ && !ended_) {
@@ -323,7 +329,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     t_start_ = std::chrono::steady_clock::now();
     t_last_ = {};
     std::weak_ptr<http_session> w = weak_from_this();
-    cancel_ = ctx_.submit(std::move(req.spec), [w](const event& e) {
+    cancel_ = ctx_.inf.submit(std::move(req.spec), [w](const event& e) {
       if (auto s = w.lock()) {
         auto ex = s->stream_.get_executor();
         asio::post(ex, [s = std::move(s), e] { s->on_event(e); });
@@ -472,6 +478,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void after_stream() {
     if (closed_ || !finishing_ || writing_) return;
     finishing_ = false;
+    flight_.reset();  // the stream's last chunk is written
     if (!keep_alive_) return close();
     reset_request_state();
     next_request();
@@ -483,6 +490,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   std::optional<http::request_parser<http::string_body>> parser_;
   bool keep_alive_ = true;
   bool head_request_ = false;
+  std::shared_ptr<void> flight_;  // ctx_.flight() while a request is handled
   unsigned version_ = 11;
   std::string endpoint_ = "other";
   int64_t retry_after_s_ = 0;
@@ -507,7 +515,10 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
 class listener : public std::enable_shared_from_this<listener> {
  public:
-  listener(server_context& ctx, tcp::acceptor&& a) : ctx_(ctx), acceptor_(std::move(a)), backoff_timer_(ctx.ioc) {}
+  // The acceptor runs on a strand (see server::start), and so do its backoff timer and close():
+  // with several I/O threads they would otherwise race.
+  listener(server_context& ctx, tcp::acceptor&& a) :
+      ctx_(ctx), acceptor_(std::move(a)), backoff_timer_(acceptor_.get_executor()) {}
   void accept() {
     acceptor_.async_accept(asio::make_strand(ctx_.ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket s) {
       if (!self->acceptor_.is_open()) return;
@@ -529,11 +540,13 @@ class listener : public std::enable_shared_from_this<listener> {
       self->accept();
     });
   }
+  // Call on the acceptor's strand (post to executor()).
   void close() {
     beast::error_code ec;
     acceptor_.close(ec);
     backoff_timer_.cancel();
   }
+  asio::any_io_executor executor() { return acceptor_.get_executor(); }
   uint16_t port() const {
     beast::error_code ec;
     return acceptor_.local_endpoint(ec).port();
@@ -578,7 +591,7 @@ status server::start() {
   auto addr = asio::ip::make_address(c.opts.host, ec);
   if (ec) return make_error("cannot listen on '" + c.opts.host + "': not an IP address (" + ec.message() + ")");
   tcp::endpoint ep(addr, c.opts.port);
-  tcp::acceptor acc(c.ioc);
+  tcp::acceptor acc(asio::make_strand(c.ioc));
   const std::string where = c.opts.host + ":" + std::to_string(c.opts.port);
   acc.open(ep.protocol(), ec);
   if (!ec) acc.set_option(asio::socket_base::reuse_address(true), ec);
@@ -600,7 +613,7 @@ uint16_t server::port() const { return impl_->port; }
 void server::begin_drain() {
   if (!impl_ || impl_->stopped) return;
   impl_->ctx.draining = true;
-  if (impl_->lis) asio::post(impl_->ctx.ioc, [l = impl_->lis] { l->close(); });
+  if (impl_->lis) asio::post(impl_->lis->executor(), [l = impl_->lis] { l->close(); });
 }
 
 int64_t server::in_flight() const { return impl_ ? impl_->ctx.in_flight.load() : 0; }
@@ -608,7 +621,7 @@ int64_t server::in_flight() const { return impl_ ? impl_->ctx.in_flight.load() :
 void server::stop() {
   if (!impl_ || impl_->stopped) return;
   impl_->stopped = true;
-  if (impl_->lis) asio::post(impl_->ctx.ioc, [l = impl_->lis] { l->close(); });
+  if (impl_->lis) asio::post(impl_->lis->executor(), [l = impl_->lis] { l->close(); });
   impl_->work.reset();
   impl_->ctx.ioc.stop();
   for (auto& t : impl_->threads)

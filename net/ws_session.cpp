@@ -104,11 +104,16 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   }
 
   void generate(client_frame& f) {
+    // In flight until its final frame is written (or dropped with the socket), taken before the
+    // draining check (see http_session::handle).
+    auto hold = std::make_shared<std::shared_ptr<void>>(ctx_.flight());
     if (!ctx_.inf.ready()) return send(error_frame(f.id, "loading", "the model is still loading; retry shortly"));
     if (ctx_.draining)
       return send(error_frame(f.id, "shutting_down", "the server is shutting down; retry on another instance"));
     auto rec = ctx_.resumes.create(owner_, f.id, f.resume_key);
-    if (!rec) return send(error_frame(f.id, "duplicate_id", "a request with id '" + f.id + "' is still running"));
+    if (!rec)
+      return send(error_frame(f.id, "duplicate_id",
+                              "the id '" + f.id + "' is in use (a running stream, or one still resumable)"));
     rec->attach(make_sink(), -1, this);
     // Ended streams leave the socket's list (their records stay in the store for the window).
     for (auto it = streams_.begin(); it != streams_.end();) it = it->second->ended() ? streams_.erase(it) : std::next(it);
@@ -119,7 +124,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     const std::string id = f.id;
     auto last = std::make_shared<std::chrono::steady_clock::time_point>();
     // Runs on pipeline threads: records into the stream (which forwards to whoever is attached).
-    auto on_event = [rec, id, &met, window, last](const event& e) {
+    auto on_event = [rec, id, &met, window, last, hold](const event& e) {
       const auto now = std::chrono::steady_clock::now();
       if (auto* t = std::get_if<actors::token_event>(&e)) {
         met.add_tokens(1);
@@ -133,16 +138,16 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
         met.add_prompt_tokens(d->usage.prompt_tokens, d->usage.cached_prompt_tokens);
         if (d->cached) met.add_cache_hit();
         met.count_request("ws", d->finish_reason);
-        rec->finish(done_frame(id, *d), now, window);
+        rec->finish(done_frame(id, *d), now, window, std::move(*hold));
       } else {
         const auto& er = std::get<actors::error_event>(e);
         met.count_request("ws", er.code);
-        rec->finish(error_frame(id, er.code, er.message), now, window);
+        rec->finish(error_frame(id, er.code, er.message), now, window, std::move(*hold));
       }
     };
     // Manual acks: a token counts as consumed once its frame is written (stream_record), so a
     // reader that falls behind pauses its streams at the streamer.
-    auto sub = ctx_.submit(std::move(f.spec), std::move(on_event), /*manual_ack=*/true);
+    auto sub = ctx_.inf.submit(std::move(f.spec), std::move(on_event), /*manual_ack=*/true);
     rec->set_cancel(std::move(sub.cancel));
     rec->set_ack(std::move(sub.ack));
   }
@@ -208,9 +213,13 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     closed_ = true;
     queue_.clear();
     queued_bytes_ = 0;
-    // Streams keep running: a client may come back and resume them within the window.
+    // Streams with a resume key keep running: the client may come back and resume them within
+    // the window. Those without one end now: nobody could ever read them.
     const auto now = std::chrono::steady_clock::now();
-    for (auto& [id, rec] : streams_) rec->detach(this, now, ctx_.opts.resume_window);
+    for (auto& [id, rec] : streams_) {
+      if (!rec->resumable() && rec->attached_to(this)) rec->cancel();
+      rec->detach(this, now, ctx_.opts.resume_window);
+    }
     streams_.clear();
   }
 

@@ -26,20 +26,14 @@ struct server_context {
   boost::asio::io_context ioc;
   // Shutting down (server::drain): no new request is taken, running ones may finish.
   std::atomic<bool> draining{false};
-  // Requests submitted and not yet ended (their final event not yet delivered).
+  // Requests being handled: from the moment a session starts on one until its answer's last
+  // bytes are written (or its connection is gone). A drain waits for this to reach 0.
   std::atomic<int64_t> in_flight{0};
 
-  // inf.submit, counted in in_flight until the request's final event (done or error).
-  submission submit(actors::request_spec spec, std::function<void(const event&)> on_event, bool manual_ack = false) {
+  // One request in flight for as long as the returned handle (or a copy) lives.
+  std::shared_ptr<void> flight() {
     in_flight.fetch_add(1);
-    auto counted = std::make_shared<std::atomic<bool>>(false);
-    return inf.submit(
-        std::move(spec),
-        [this, counted, on_event = std::move(on_event)](const event& e) {
-          on_event(e);
-          if (!std::holds_alternative<actors::token_event>(e) && !counted->exchange(true)) in_flight.fetch_sub(1);
-        },
-        manual_ack);
+    return std::shared_ptr<void>(nullptr, [this](void*) { in_flight.fetch_sub(1); });
   }
 };
 

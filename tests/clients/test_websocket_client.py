@@ -215,6 +215,33 @@ def test_another_client_can_neither_resume_nor_cancel_a_stream(server):
     run(body())
 
 
+def ws_cancelled_count(server):
+    import urllib.request
+    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith('troupe_requests_total{endpoint="ws",status="cancelled"} '):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_stream_without_resume_key_ends_with_its_socket(server):
+    """Nobody can resume a stream started without a resume_key: when its socket drops it is
+    cancelled at once instead of generating on for the resumption window."""
+    async def body():
+        before = ws_cancelled_count(server)
+        ws = await connect(server.ws_url)
+        await ws.send(generate("orphan", "Write a very long poem.", 1000, ignore_eos=True))
+        f = await recv_json(ws)
+        assert f["type"] == "token", f
+        ws.transport.abort()
+        for _ in range(50):
+            if ws_cancelled_count(server) >= before + 1:
+                return
+            await asyncio.sleep(0.2)
+        raise AssertionError("the keyless stream was not cancelled when its socket went away")
+    run(body())
+
+
 def test_resume_on_a_new_socket_tells_the_old_one(server):
     """The client comes back on a new socket while the server still holds the old one open: the
     new socket gets the stream (replay, then live), the old one an error `resumed_elsewhere` as
@@ -222,7 +249,7 @@ def test_resume_on_a_new_socket_tells_the_old_one(server):
     async def body():
         key = secrets.token_hex(16)
         async with connect(server.ws_url) as old, connect(server.ws_url) as new:
-            await old.send(generate("moving", "Describe a sunrise over the sea.", 64, ignore_eos=True, resume_key=key))
+            await old.send(generate("moving", "Describe a sunrise over the sea.", 400, ignore_eos=True, resume_key=key))
             seen = []
             while len(seen) < 3:
                 f = await recv_json(old)
@@ -241,7 +268,7 @@ def test_resume_on_a_new_socket_tells_the_old_one(server):
             rest, done = await read_until_end(new, "moving")
             assert done["type"] == "done" and done["finish_reason"] == "length", done
             assert_consecutive(seen + rest)
-            assert len(seen) + len(rest) == 64
+            assert len(seen) + len(rest) == 400
     run(body())
 
 

@@ -238,3 +238,31 @@ TEST(Sampler, FindsTheSameTokensAsSortingTheVocabulary) {
   }
   EXPECT_EQ(mismatches, 0) << "of " << draws;
 }
+
+// Edges of the whole-vocabulary path: a tiny temperature is greedy in effect (1/t used to overflow
+// to inf, inf - inf to NaN, and the draw fell to the worst token); -inf logits are never drawn;
+// a row of near-equal logits (all within a hundredth) draws each of them.
+TEST(Sampler, TinyTemperaturesAndImpossibleTokens) {
+  std::vector<float> l(5000);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<float>(i % 97) * 0.37f - 12.9f;
+  l[123] = 40.0f;
+  sampling_params p;
+  p.seed = 3;
+  for (float t : {1e-38f, 1e-30f, 1e-6f, 0.01f}) {
+    p.temperature = t;
+    for (int n = 0; n < 20; ++n) EXPECT_EQ(sample_token(l.data(), 5000, p, {}, n).token, 123) << "t " << t;
+  }
+  std::vector<float> masked(5000, -INFINITY);
+  for (int i : {7, 1000, 4999}) masked[static_cast<size_t>(i)] = 1.0f;
+  p.temperature = 1.5f;
+  std::map<int32_t, int> seen;
+  for (int n = 0; n < 300; ++n) ++seen[sample_token(masked.data(), 5000, p, {}, n).token];
+  EXPECT_EQ(seen.size(), 3u);
+  for (int i : {7, 1000, 4999}) EXPECT_GT(seen[i], 50) << i;
+  std::vector<float> flat(4096);
+  for (size_t i = 0; i < flat.size(); ++i) flat[i] = 0.01f * static_cast<float>(i % 13) / 13.0f;
+  p.temperature = 1.0f;
+  std::map<int32_t, int> spread;
+  for (int n = 0; n < 4000; ++n) ++spread[sample_token(flat.data(), 4096, p, {}, n).token];
+  EXPECT_GT(spread.size(), 2500u) << "a near-uniform row draws widely";
+}

@@ -286,6 +286,14 @@ TEST(resume_store, resume_keys_and_the_displaced_connection) {
   ASSERT_TRUE(rec->attach([&](std::string f, std::function<void()>) { c.push_back(f); }, 0, &tag_c, "moved"));
   EXPECT_EQ(b, (std::vector<std::string>{"t1", "done"}));
   EXPECT_EQ(c, (std::vector<std::string>{"t1", "done"}));
+  // Ended but resumable within its window: only its key may take the id over.
+  EXPECT_FALSE(store.create("", "s1", "someone-else-entirely"));
+  EXPECT_FALSE(store.create("", "s1"));
+  EXPECT_TRUE(store.create("", "s1", "secret-secret-secret"));
+  // A keyless ended stream's id is free at once.
+  auto keyless = store.create("", "s3");
+  keyless->finish("done", stream_record::clock::now(), std::chrono::milliseconds(1000));
+  EXPECT_TRUE(store.create("", "s3", "new-owner-new-owner"));
 }
 
 TEST(resume_store, expiry_cancels_orphaned_streams) {
