@@ -169,13 +169,19 @@ void read_common(reader& r, actors::request_spec& s) {
   r.real("temperature", s.sampling.temperature);
   r.real("top_p", s.sampling.top_p);
   r.int_as("top_k", s.sampling.top_k);
+  if (s.sampling.top_k == -1) s.sampling.top_k = 0;  // -1: off, as vLLM spells it
   r.real("min_p", s.sampling.min_p);
   r.real("frequency_penalty", s.sampling.frequency_penalty);
   r.real("presence_penalty", s.sampling.presence_penalty);
   r.real("repetition_penalty", s.sampling.repetition_penalty);
-  int64_t seed = static_cast<int64_t>(s.sampling.seed);
-  r.integer("seed", seed);
-  s.sampling.seed = static_cast<uint64_t>(seed);  // any 64-bit integer; a negative one wraps
+  // Any 64-bit integer, signed or not (a negative one wraps).
+  if (auto e = r.get("seed"); e && e->is_uint64() && !e->is_int64()) {
+    s.sampling.seed = uint64_t(*e);
+  } else {
+    int64_t seed = static_cast<int64_t>(s.sampling.seed);
+    r.integer("seed", seed);
+    s.sampling.seed = static_cast<uint64_t>(seed);
+  }
   r.int_as("priority", s.priority);
   r.boolean("ignore_eos", s.ignore_eos);
   r.boolean("cache", s.cache);
@@ -198,7 +204,11 @@ void read_common(reader& r, actors::request_spec& s) {
     }
   }
   if (!r.err) {
-    if (auto v = s.sampling.validate(); !v) r.err = bad_request(v.error());
+    if (auto v = s.sampling.validate(); !v) {
+      // The message starts with the field it is about ("top_p must be in (0, 1]"): name it.
+      const std::string& m = v.error();
+      r.err = bad_request(m, m.substr(0, m.find(' ')));
+    }
   }
 }
 

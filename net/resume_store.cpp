@@ -54,7 +54,7 @@ void stream_record::add_token(int32_t index, std::string frame) {
   bool now = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (sink_) {
+    if (sink_ && index > from_index_) {
       ++handed_;
       std::weak_ptr<stream_record> w = weak_from_this();
       const uint64_t gen = attach_gen_;
@@ -106,6 +106,7 @@ bool stream_record::attach(frame_sink sink, int64_t from_index, const void* tag,
     ++attach_gen_;
     sink_ = std::move(sink);
     tag_ = tag;
+    from_index_ = from_index;  // a client that says it has more than was made gets only what is after it
     if (!final_) expires_.reset();
   }
   ack(release);

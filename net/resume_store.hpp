@@ -86,6 +86,7 @@ class stream_record : public std::enable_shared_from_this<stream_record> {
   cancel_fn cancel_;
   ack_fn ack_;
   int32_t handed_ = 0;      // token frames given to the attached sink and not yet written
+  int64_t from_index_ = -1; // the attached connection has every token up to this index
   uint64_t attach_gen_ = 0; // bumped by attach/detach: late `written` calls of an old sink are ignored
   int32_t early_acks_ = 0;  // acknowledged before set_ack (tokens can arrive first)
   void written(uint64_t gen);

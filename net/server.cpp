@@ -171,7 +171,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (path == "/admin/reload" || path == "/admin/config") {
       const bool reload = path == "/admin/reload";
       endpoint_ = reload ? "admin_reload" : "admin_config";
-      if (method != (reload ? http::verb::post : http::verb::get)) return method_not_allowed(reload ? "POST" : "GET");
+      if (reload ? method != http::verb::post : !get) return method_not_allowed(reload ? "POST" : "GET");
       if (ctx_.opts.admin_token.empty()) {
         api_error e = bad_status(403, "admin endpoints are off: set auth.admin_token in the config", "admin_disabled");
         e.type = "permission_error";

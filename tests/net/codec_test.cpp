@@ -94,6 +94,18 @@ TEST(openai, out_of_range_integers_are_named) {
   auto ok = parse_openai_request("{" + chat + R"(,"top_k":40})", true);
   ASSERT_TRUE(ok.request);
   EXPECT_EQ(ok.request->spec.sampling.top_k, 40);
+  auto umax = parse_openai_request("{" + chat + R"(,"seed":18446744073709551615})", true);
+  ASSERT_TRUE(umax.request) << umax.error.message;
+  EXPECT_EQ(umax.request->spec.sampling.seed, ~uint64_t{0});
+  auto off = parse_openai_request("{" + chat + R"(,"top_k":-1})", true);  // vLLM's "off"
+  ASSERT_TRUE(off.request) << off.error.message;
+  EXPECT_EQ(off.request->spec.sampling.top_k, 0);
+  auto neg = parse_openai_request("{" + chat + R"(,"top_k":-2})", true);
+  ASSERT_FALSE(neg.request);
+  EXPECT_EQ(neg.error.param, "top_k");
+  auto top_p = parse_openai_request("{" + chat + R"(,"top_p":7})", true);
+  ASSERT_FALSE(top_p.request);
+  EXPECT_EQ(top_p.error.param, "top_p");
 }
 
 // Logprobs are refused by name (not answered with null); false, 0 and null are fine.
@@ -294,6 +306,28 @@ TEST(resume_store, resume_keys_and_the_displaced_connection) {
   auto keyless = store.create("", "s3");
   keyless->finish("done", stream_record::clock::now(), std::chrono::milliseconds(1000));
   EXPECT_TRUE(store.create("", "s3", "new-owner-new-owner"));
+}
+
+// A resume from an index beyond what was made gets only the tokens after it, live ones included.
+TEST(resume_store, resume_from_beyond_the_recorded_tokens_skips_up_to_it) {
+  resume_store store(std::chrono::milliseconds(1000), 100);
+  auto rec = store.create("", "far", "secret-secret-secret");
+  int acked = 0;
+  rec->set_ack([&](int32_t n) { acked += n; });
+  rec->add_token(0, "t0");
+  std::vector<std::string> got;
+  std::vector<std::function<void()>> written;  // (a sink posts; it never calls back inline)
+  int tag = 0;
+  ASSERT_TRUE(rec->attach([&](std::string f, std::function<void()> w) {
+    got.push_back(f);
+    if (w) written.push_back(std::move(w));
+  }, 2, &tag));
+  rec->add_token(1, "t1");
+  rec->add_token(2, "t2");
+  rec->add_token(3, "t3");
+  for (auto& w : written) w();
+  EXPECT_EQ(got, (std::vector<std::string>{"t3"}));
+  EXPECT_EQ(acked, 4) << "skipped tokens count as consumed";
 }
 
 TEST(resume_store, expiry_cancels_orphaned_streams) {
