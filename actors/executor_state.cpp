@@ -107,11 +107,7 @@ step_result executor_state::run(const step_plan& plan) {
     }
     j.sample = model::sample_token(j.logits, n_vocab, e.sampling, *window, e.n_generated, e.logprob);
   };
-  if (costly >= 2) {
-    be_->for_each_row(static_cast<int64_t>(jobs.size()), sample);
-  } else {
-    for (size_t k = 0; k < jobs.size(); ++k) sample(static_cast<int64_t>(k));
-  }
+  be_->sample_rows(static_cast<int64_t>(jobs.size()), costly, sample);
   size_t next_job = 0;
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const auto& e = plan.entries[i];

@@ -84,6 +84,13 @@ class backend {
   virtual void for_each_row(int64_t n, const std::function<void(int64_t i)>& fn) {
     for (int64_t i = 0; i < n; ++i) fn(i);
   }
+  // Samples a step's n rows with sample(i): over for_each_row when two or more of them cost more
+  // than an argmax (`costly`, see sampling_params::costly), else on the caller, in order (the
+  // hand-off would cost more than it saves).
+  void sample_rows(int64_t n, int costly, const std::function<void(int64_t i)>& sample) {
+    if (costly >= 2) return for_each_row(n, sample);
+    for (int64_t i = 0; i < n; ++i) sample(i);
+  }
 };
 
 using backend_factory =

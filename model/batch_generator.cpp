@@ -93,11 +93,7 @@ std::vector<generation_output> batch_generator::run(const std::vector<generation
       got[static_cast<size_t>(k)] = sample_token(rows[static_cast<size_t>(k)].second, be_.params().n_vocab, r.sampling,
                                                  s.all, static_cast<int64_t>(out[s.index].tokens.size()), r.logprobs);
     };
-    if (costly >= 2) {
-      be_.for_each_row(static_cast<int64_t>(rows.size()), sample);
-    } else {
-      for (size_t k = 0; k < rows.size(); ++k) sample(static_cast<int64_t>(k));
-    }
+    be_.sample_rows(static_cast<int64_t>(rows.size()), costly, sample);
     for (size_t k = 0; k < rows.size(); ++k) take(*rows[k].first, rows[k].second, std::move(got[k]));
   };
   auto fail_all = [&](const std::string& why) {

@@ -24,7 +24,7 @@ struct server_context {
   metrics& met;
   resume_store resumes;
   boost::asio::io_context ioc;
-  // Shutting down (server::drain): no new request is taken, running ones may finish.
+  // Shutting down (server::begin_drain): no new request is taken, running ones may finish.
   std::atomic<bool> draining{false};
   // Requests being handled: from the moment a session starts on one until its answer's last
   // bytes are written (or its connection is gone). A drain waits for this to reach 0.

@@ -72,53 +72,56 @@ TEST(openai, rejects_bad_json_and_wrong_types) {
   EXPECT_EQ(role.error.param, "messages[0].role");
 }
 
+// A one-message chat request with `field` ("name":value) added.
+static parsed_openai chat_with(const char* field) {
+  return parse_openai_request(std::string(R"({"messages":[{"role":"user","content":"x"}],)") + field + "}", true);
+}
+
 // Integers that do not fit their field are named as out of range (top_k 10^12 used to wrap to a
 // negative number and read "must be >= 0"); numbers beyond 64 bits are named as such; huge
 // doubles are refused without undefined behaviour; any 64-bit seed goes, a negative one wraps.
 TEST(openai, out_of_range_integers_are_named) {
-  const std::string chat = R"("messages":[{"role":"user","content":"x"}])";
-  auto big = parse_openai_request("{" + chat + R"(,"top_k":1000000000000})", true);
+  auto big = chat_with(R"("top_k":1000000000000)");
   ASSERT_FALSE(big.request);
   EXPECT_EQ(big.error.param, "top_k");
   EXPECT_NE(big.error.message.find("out of range"), std::string::npos) << big.error.message;
-  auto huge = parse_openai_request("{" + chat + R"(,"priority":1e300})", true);
+  auto huge = chat_with(R"("priority":1e300)");
   ASSERT_FALSE(huge.request);
   EXPECT_EQ(huge.error.param, "priority");
-  auto beyond = parse_openai_request("{" + chat + R"(,"seed":99999999999999999999999})", true);
+  auto beyond = chat_with(R"("seed":99999999999999999999999)");
   ASSERT_FALSE(beyond.request);
   EXPECT_EQ(beyond.error.code, "invalid_json");
   EXPECT_NE(beyond.error.message.find("64 bits"), std::string::npos) << beyond.error.message;
-  auto seed = parse_openai_request("{" + chat + R"(,"seed":-1})", true);
+  auto seed = chat_with(R"("seed":-1)");
   ASSERT_TRUE(seed.request) << seed.error.message;
   EXPECT_EQ(seed.request->spec.sampling.seed, ~uint64_t{0});
-  auto ok = parse_openai_request("{" + chat + R"(,"top_k":40})", true);
+  auto ok = chat_with(R"("top_k":40)");
   ASSERT_TRUE(ok.request);
   EXPECT_EQ(ok.request->spec.sampling.top_k, 40);
-  auto umax = parse_openai_request("{" + chat + R"(,"seed":18446744073709551615})", true);
+  auto umax = chat_with(R"("seed":18446744073709551615)");
   ASSERT_TRUE(umax.request) << umax.error.message;
   EXPECT_EQ(umax.request->spec.sampling.seed, ~uint64_t{0});
-  auto off = parse_openai_request("{" + chat + R"(,"top_k":-1})", true);  // vLLM's "off"
+  auto off = chat_with(R"("top_k":-1)");  // vLLM's "off"
   ASSERT_TRUE(off.request) << off.error.message;
   EXPECT_EQ(off.request->spec.sampling.top_k, 0);
-  auto neg = parse_openai_request("{" + chat + R"(,"top_k":-2})", true);
+  auto neg = chat_with(R"("top_k":-2)");
   ASSERT_FALSE(neg.request);
   EXPECT_EQ(neg.error.param, "top_k");
-  auto top_p = parse_openai_request("{" + chat + R"(,"top_p":7})", true);
+  auto top_p = chat_with(R"("top_p":7)");
   ASSERT_FALSE(top_p.request);
   EXPECT_EQ(top_p.error.param, "top_p");
 }
 
 // Logprobs are refused by name (not answered with null); false, 0 and null are fine.
 TEST(openai, logprobs_asked_for_are_refused_by_name) {
-  const std::string chat = R"("messages":[{"role":"user","content":"x"}])";
   for (const char* v : {R"("logprobs":true)", R"("logprobs":3)", R"("top_logprobs":2)"}) {
-    auto r = parse_openai_request("{" + chat + "," + v + "}", true);
+    auto r = chat_with(v);
     ASSERT_FALSE(r.request) << v;
     EXPECT_NE(r.error.param.find("logprobs"), std::string::npos) << v;
     EXPECT_NE(r.error.message.find("not supported"), std::string::npos) << v;
   }
   for (const char* v : {R"("logprobs":false)", R"("logprobs":0)", R"("logprobs":null)", R"("top_logprobs":0)"})
-    EXPECT_TRUE(parse_openai_request("{" + chat + "," + v + "}", true).request) << v;
+    EXPECT_TRUE(chat_with(v).request) << v;
 }
 
 TEST(openai, error_json_shape_and_status_mapping) {
