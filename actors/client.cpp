@@ -2,10 +2,10 @@
 
 #include <caf/all.hpp>
 
-#include "actors/admission.hpp"
+#include "actors/admission/admission.hpp"
 #include "actors/detail/caf_util.hpp"
-#include "actors/pipeline.hpp"
-#include "actors/streamer.hpp"
+#include "actors/supervisor/pipeline.hpp"
+#include "actors/streamer/streamer.hpp"
 
 namespace troupe::actors {
 
@@ -27,6 +27,18 @@ struct stream_core {
   bridge_actor bridge;
   bool cancel_requested = false;  // before `bridge` was set
   streamer_actor streamer;
+
+  // The one way a cancel travels: to the bridge, which asks the streamer once admission has
+  // given the request an id (and remembers it until then).
+  void cancel() {
+    bridge_actor b;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      b = bridge;
+      if (!b) cancel_requested = true;
+    }
+    if (b) caf::anon_send(b, cancel_atom::value);
+  }
 
   void push(event e, bool last) {
     {
@@ -190,25 +202,10 @@ completion stream::wait(std::chrono::milliseconds timeout) {
   }
 }
 
-void stream::cancel() {
-  bridge_actor b;
-  {
-    std::lock_guard<std::mutex> lock(core_->mu);
-    b = core_->bridge;
-    if (!b) core_->cancel_requested = true;
-  }
-  if (b) caf::anon_send(b, cancel_atom::value);
-}
+void stream::cancel() { core_->cancel(); }
 
 void request_handle::cancel() const {
-  if (!core_) return;
-  bridge_actor b;
-  {
-    std::lock_guard<std::mutex> lock(core_->mu);
-    b = core_->bridge;
-    if (!b) core_->cancel_requested = true;
-  }
-  if (b) caf::anon_send(b, cancel_atom::value);
+  if (core_) core_->cancel();
 }
 
 void request_handle::ack(int32_t n) const {

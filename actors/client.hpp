@@ -1,7 +1,7 @@
 #pragma once
 // The in-process client: submit a request to a running pipeline and receive its events. Used by
-// the CLI, the tests and the benchmark, and by net/ as the bridge between a connection and the
-// actors. Two ways to consume:
+// the CLI, the tests and the benchmark, and by app/serve (behind net::inference) as the bridge
+// between a connection and the actors. Two ways to consume:
 //   - pull: submit() returns a stream; next() / wait() take events from it (any thread);
 //   - push: submit() with a handler; events are handed to it on an actor thread, in order.
 // Either way the events of one request are token_event* then exactly one done_event or
@@ -17,10 +17,9 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <variant>
 #include <vector>
 
-#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
 
 #include "actors/request.hpp"
 
@@ -29,7 +28,6 @@ namespace troupe::actors {
 class pipeline;
 class links_cell;
 
-using event = std::variant<token_event, done_event, error_event>;
 using event_handler = std::function<void(const event&)>;
 
 // Everything a request produced, collected.
@@ -77,11 +75,14 @@ class stream {
   completion partial_;
 };
 
-// For push-style requests: cancels the request.
+// For push-style requests: cancels the request. Empty (default-constructed): names no request,
+// and cancel() / ack() do nothing.
 class request_handle {
  public:
   request_handle() = default;
   explicit request_handle(std::shared_ptr<detail::stream_core> core) : core_(std::move(core)) {}
+  explicit operator bool() const { return core_ != nullptr; }
+  // Safe from any thread, more than once, after the end.
   void cancel() const;
   uint64_t id() const;
   // With ack_mode::manual: `n` more token events were consumed (e.g. written to the socket).

@@ -2,7 +2,8 @@
 // How the pipeline's actors find each other. The supervisor hands every actor the current
 // handles (again after it restarts one), and the client reads them from a shared cell. The
 // handles are untyped here so that interface headers need not include each other; each actor
-// casts to the typed interface it talks to. Also the atoms every actor understands.
+// casts to the typed interface it talks to. Also the atoms every actor understands, and the
+// ones several protocols share.
 #include <memory>
 #include <mutex>
 
@@ -20,6 +21,13 @@ using restart_atom = caf::atom_constant<caf::atom("restart")>;
 using handover_atom = caf::atom_constant<caf::atom("handover")>;
 // ... and here is the successor: pass on what you held and what still comes, then exit.
 using forward_atom = caf::atom_constant<caf::atom("forward")>;
+
+// Atoms that several protocols share, defined once here:
+// a stream begins (streamer: stream_open; filter actors: filter_open) ...
+using open_atom = caf::atom_constant<caf::atom("open")>;
+// ... and a stream or request closed (admission and the response cache hear it from the
+// streamer; admission actors from admission).
+using closed_atom = caf::atom_constant<caf::atom("closed")>;
 
 struct pipeline_links {
   caf::actor admission;

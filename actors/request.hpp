@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <caf/meta/type_name.hpp>
@@ -166,6 +167,10 @@ typename Inspector::result_type inspect(Inspector& f, error_event& x) {
   return f(caf::meta::type_name("error_event"), x.request_id, x.code, x.message, x.retry_after_ms);
 }
 
+// What the consumer of a request receives, in order: token_event*, then exactly one done_event
+// or error_event. The one event type from the streamer through the client to net/.
+using event = std::variant<token_event, done_event, error_event>;
+
 // A request that passed admission, as it travels to the cache and the scheduler.
 struct admitted_request {
   uint64_t id = 0;
@@ -180,19 +185,19 @@ struct admitted_request {
   std::string tenant;
   int64_t arrival_us = 0;            // steady clock, this process
   int64_t deadline_us = 0;           // steady clock, this process; 0: none
-  // What the response cache keys on besides the tokens: the text the prompt was rendered from,
-  // split into context (system prompt, earlier turns; matched exactly) and question (the last
-  // user message, or a raw prompt; matched by meaning). Empty for prompt_tokens requests.
-  std::string cache_context;
-  std::string cache_question;
+  // The text `prompt` was rendered from: the chat messages, or else the raw prompt; both empty
+  // for a prompt_tokens request. The response cache keys on it besides the tokens
+  // (actors/response_cache/policy.hpp: query_of).
+  std::vector<chat_message> messages;
+  std::string prompt_text;
   bool cache_requested = false;      // request_spec::cache
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, admitted_request& x) {
   return f(caf::meta::type_name("admitted_request"), x.id, x.model, x.prompt, x.sampling, x.max_tokens, x.stop,
-           x.eog, x.logprobs, x.priority, x.tenant, x.arrival_us, x.deadline_us, x.cache_context,
-           x.cache_question, x.cache_requested);
+           x.eog, x.logprobs, x.priority, x.tenant, x.arrival_us, x.deadline_us, x.messages,
+           x.prompt_text, x.cache_requested);
 }
 
 }  // namespace troupe::actors

@@ -2,11 +2,11 @@
 
 #include <caf/all.hpp>
 
-#include "actors/admission.hpp"
-#include "actors/cache.hpp"
-#include "actors/executor.hpp"
-#include "actors/scheduler.hpp"
-#include "actors/streamer.hpp"
+#include "actors/admission/admission.hpp"
+#include "actors/response_cache/response_cache.hpp"
+#include "actors/executor/executor.hpp"
+#include "actors/scheduler/scheduler.hpp"
+#include "actors/streamer/streamer.hpp"
 
 namespace troupe::actors {
 
@@ -36,7 +36,7 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<scheduler_stats>("troupe.scheduler_stats");
   cfg.add_message_type<streamer_stats>("troupe.streamer_stats");
   cfg.add_message_type<admission_stats>("troupe.admission_stats");
-  cfg.add_message_type<cache_stats>("troupe.cache_stats");
+  cfg.add_message_type<response_cache_stats>("troupe.response_cache_stats");
   cfg.add_message_type<submit_reply>("troupe.submit_reply");
   cfg.add_message_type<pipeline_links>("troupe.pipeline_links");
   cfg.add_message_type<event_sink>("troupe.event_sink");

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "actors/request.hpp"
-#include "model/result.hpp"
+#include "common/result.hpp"
 
 namespace troupe::model {
 class gguf_file;

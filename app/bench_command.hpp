@@ -1,6 +1,6 @@
 #pragma once
 // `troupe bench <name>`: benchmarks register under the bench command the same way top-level
-// commands do (one file each: cmd_bench_engine.cpp, cmd_bench_serve.cpp, ...).
+// commands do (one file each in bench/: engine_bench.cpp, serve_bench.cpp, cache_bench.cpp).
 #include "app/command.hpp"
 
 namespace troupe::app {

@@ -13,7 +13,7 @@
 #include "config/config_loader.hpp"
 #include "config/config_plugins.hpp"
 #include "config/config_schema.hpp"
-#include "config/serve_config.hpp"
+#include "config/troupe_config.hpp"
 
 namespace {
 

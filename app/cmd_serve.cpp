@@ -6,18 +6,17 @@
 
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "app/command.hpp"
-#include "actors/pipeline.hpp"
 #include "config/config_loader.hpp"
 #include "config/config_plugins.hpp"
 #include "config/config_reloader.hpp"
-#include "config/serve_config.hpp"
 #include "config/serve_flags.hpp"
 #include "net/json_writer.hpp"
-#include "net/serve.hpp"
+#include "app/serve/serve.hpp"
 
 namespace {
 
@@ -42,7 +41,7 @@ void write_changes(troupe::net::json_writer& w, const char* name, const std::vec
 }
 
 // POST /admin/reload, GET /admin/config and SIGHUP, over the config reloader.
-troupe::net::inference::admin_reply admin_action(cfg::config_reloader& reloader, troupe::net::serve_instance& inst,
+troupe::net::inference::admin_reply admin_action(cfg::config_reloader& reloader, troupe::app::serve_instance& inst,
                                                  const std::string& action) {
   troupe::net::json_writer w;
   if (action == "config") {
@@ -53,8 +52,8 @@ troupe::net::inference::admin_reply admin_action(cfg::config_reloader& reloader,
     return {200, w.take()};
   }
   if (action != "reload") return {404, R"({"error":{"message":"unknown admin action","code":"not_found"}})"};
-  auto r = reloader.reload([&](const cfg::troupe_config& next) {
-    auto swapped = inst.reconfigure([&](troupe::actors::pipeline_config& p) { cfg::apply_to(next, p); });
+  auto r = reloader.reload([&](const cfg::troupe_config& next, const std::set<std::string>& stages) {
+    auto swapped = inst.reconfigure(next.pipeline, stages);
     if (swapped) {
       const auto level = spdlog::level::from_str(next.logging.level);
       if (level != spdlog::get_level()) {
@@ -146,9 +145,10 @@ troupe::app::register_command reg("serve", "Serve the model over HTTP (OpenAI-co
     spdlog::set_level(spdlog::level::from_str(conf.logging.level));
     for (const auto& w : cfg::unread_settings(conf)) std::fprintf(stderr, "troupe serve: warning: %s\n", w.c_str());
     std::printf("troupe serve: config from %s\n", c->source.c_str());
-    auto opts = cfg::to_serve_options(conf);
+    troupe::app::serve_options opts;
+    opts.config = conf;
     auto reloader = std::make_shared<cfg::config_reloader>(conf, a->config, cfg::self_executable(), overrides.value());
-    opts.admin = [reloader](troupe::net::serve_instance& inst, const std::string& action) {
+    opts.admin = [reloader](troupe::app::serve_instance& inst, const std::string& action) {
       return admin_action(*reloader, inst, action);
     };
     opts.config_metrics = [reloader] {
@@ -156,7 +156,7 @@ troupe::app::register_command reg("serve", "Serve the model over HTTP (OpenAI-co
              "# TYPE troupe_config_version gauge\ntroupe_config_version " +
              std::to_string(reloader->version()) + "\n";
     };
-    return troupe::net::run_serve(opts);
+    return troupe::app::run_serve(opts);
   };
 });
 

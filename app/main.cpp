@@ -8,6 +8,10 @@
 
 #include "app/command.hpp"
 #include "app/version.hpp"
+#ifdef TROUPE_HAVE_CUDA
+#include "gpu/cuda_backend.hpp"
+#include "model/backend.hpp"
+#endif
 
 namespace troupe::app {
 std::vector<command_entry>& command_registry() {
@@ -17,6 +21,14 @@ std::vector<command_entry>& command_registry() {
 }  // namespace troupe::app
 
 int main(int argc, char** argv) {
+#ifdef TROUPE_HAVE_CUDA
+  // The cuda backend is in troupe_gpu, which only this executable links: added here, before any
+  // subcommand makes a backend, so that `model.backend = "cuda"` finds it.
+  if (auto s = troupe::gpu::add_cuda_backend(troupe::model::backend_registry()); !s) {
+    std::fprintf(stderr, "troupe: %s\n", s.error().c_str());
+    return 1;
+  }
+#endif
   CLI::App app{"Troupe: an actor-based LLM serving framework"};
   app.require_subcommand(1);
   app.set_version_flag("--version", troupe::version());

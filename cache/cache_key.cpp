@@ -1,30 +1,19 @@
 #include "cache/cache_key.hpp"
 
+#include "common/bytes.hpp"
+
 namespace troupe::cache {
 
 namespace {
 
-class key_writer {
- public:
-  template <class T>
-  void raw(const T& v) {
-    s_.append(reinterpret_cast<const char*>(&v), sizeof(T));
-  }
-  void str(std::string_view v) {
-    raw(static_cast<uint64_t>(v.size()));
-    s_.append(v.data(), v.size());
-  }
-  const std::string& bytes() const { return s_; }
-
- private:
-  std::string s_;
-};
+// Lengths and counts are 64 bits in the keys.
+using key_writer = byte_writer<uint64_t>;
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 }  // namespace
 
-cache_query cache_query::from_messages(const std::vector<actors::chat_message>& messages, bool cache_requested) {
+cache_query cache_query::from_messages(const std::vector<message_view>& messages, bool cache_requested) {
   cache_query q;
   q.cache_requested = cache_requested;
   size_t last_user = messages.size();
@@ -71,11 +60,11 @@ std::string normalize_question(std::string_view text) {
   return out;
 }
 
-fingerprint context_fingerprint(const actors::admitted_request& r, std::string_view context) {
+std::string context_key(const cache_query& q, std::string_view context) {
   key_writer k;
-  k.str(r.model);
+  k.str(q.model);
   k.str(context);
-  const auto& p = r.sampling;
+  const auto& p = q.sampling;
   k.raw(p.temperature);
   k.raw(p.top_k);
   k.raw(p.top_p);
@@ -86,13 +75,15 @@ fingerprint context_fingerprint(const actors::admitted_request& r, std::string_v
   k.raw(p.penalty_last_n);
   // Greedy decoding ignores the seed; keying on it would only split identical answers.
   k.raw(p.temperature > 0.0f ? p.seed : uint64_t{0});
-  k.raw(r.max_tokens);
-  k.raw(static_cast<uint64_t>(r.stop.size()));
-  for (const auto& s : r.stop) k.str(s);
-  k.raw(static_cast<uint64_t>(r.eog.size()));
-  for (int32_t t : r.eog) k.raw(t);
-  return fingerprint_of(k.bytes(), 0x636f6e74u);
+  k.raw(q.max_tokens);
+  k.raw(static_cast<uint64_t>(q.stop.size()));
+  for (const auto& s : q.stop) k.str(s);
+  k.raw(static_cast<uint64_t>(q.eog.size()));
+  for (int32_t t : q.eog) k.raw(t);
+  return k.take();
 }
+
+fingerprint context_fingerprint(const cache_query& q) { return fingerprint_of(context_key(q, q.context), 0x636f6e74u); }
 
 fingerprint exact_fingerprint(const fingerprint& context, std::string_view normalized_question) {
   key_writer k;
@@ -100,6 +91,18 @@ fingerprint exact_fingerprint(const fingerprint& context, std::string_view norma
   k.raw(context.lo);
   k.str(normalized_question);
   return fingerprint_of(k.bytes(), 0x65786163u);
+}
+
+std::string exact_key(const cache_query& q) {
+  const std::string_view tokens(reinterpret_cast<const char*>(q.prompt.data()), q.prompt.size() * sizeof(int32_t));
+  key_writer k;
+  const std::string context = context_key(q, tokens);
+  k.append(context.data(), context.size());
+  // The exact cache has always told seeds apart (greedy ones too) and reported logprobs from
+  // none: kept, so that what it hits does not change.
+  k.raw(q.sampling.seed);
+  k.raw(q.logprobs);
+  return k.take();
 }
 
 }  // namespace troupe::cache

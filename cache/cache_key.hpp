@@ -1,27 +1,47 @@
 #pragma once
-// What a cached answer is keyed on. The question (the last user message, or a raw prompt) is
-// what gets embedded and compared by meaning; everything else that shapes the answer must match
-// exactly and goes into the context fingerprint: the model, the system prompt and earlier turns,
-// the sampling parameters, max_tokens, stop strings and end-of-generation tokens. So different
-// models or personas never share answers.
+// What a cached answer is keyed on, and the one place its keys are built. The question (the last
+// user message, or a raw prompt) is what gets embedded and compared by meaning; everything else
+// that shapes the answer must match exactly and goes into the context key: the model, the system
+// prompt and earlier turns, the sampling parameters, max_tokens, stop strings and
+// end-of-generation tokens. So different models or personas never share answers. The exact cache
+// keys on the same, with the prompt's tokens in place of the texts.
+//
+// cache/ knows no actor: the response-cache stage (actors/response_cache/) turns its admitted
+// request into a cache_query and its closed stream into a finished_answer.
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "actors/request.hpp"
-#include "cache/cache_record.hpp"
+#include "cache/semantic/cache_record.hpp"
+#include "model/sampler.hpp"
 
 namespace troupe::cache {
 
+// One chat message, as the split into question and context reads it.
+struct message_view {
+  std::string_view role;
+  std::string_view content;
+};
+
+// What a lookup is given: the request (its id, and everything that shapes its answer) and the
+// texts its prompt was rendered from.
 struct cache_query {
+  uint64_t id = 0;                // a miss is remembered under it until its stream closes
+  std::string model;
+  std::vector<int32_t> prompt;    // the rendered prompt's token ids: what the exact cache matches
+  model::sampling_params sampling;
+  int32_t max_tokens = 0;
+  std::vector<std::string> stop;  // stop strings
+  std::vector<int32_t> eog;       // tokens that end generation (empty with ignore_eos)
+  bool logprobs = false;          // each token's logprob is reported
   std::string context;            // fingerprinted, never embedded
   std::string question;           // embedded (after normalize_question)
   bool cache_requested = false;   // the request asked for caching explicitly (`cache: true`)
 
-  // The last "user" message is the question; every other message (system prompt, earlier
-  // turns, anything after it) is context, with its role.
-  static cache_query from_messages(const std::vector<actors::chat_message>& messages, bool cache_requested = false);
+  // The texts only. The last "user" message is the question; every other message (system
+  // prompt, earlier turns, anything after it) is context, with its role.
+  static cache_query from_messages(const std::vector<message_view>& messages, bool cache_requested = false);
   // A raw prompt: all question, no context.
   static cache_query from_prompt(std::string prompt, bool cache_requested = false);
 };
@@ -30,8 +50,16 @@ struct cache_query {
 // kept: the exact path compares this text byte for byte.
 std::string normalize_question(std::string_view text);
 
-// Seeds keep the two kinds of fingerprint apart.
-fingerprint context_fingerprint(const actors::admitted_request& r, std::string_view context);
+// The bytes of everything that shapes an answer besides its question: the model, `context`
+// and the request's parameters and limits. Both caches' keys are built on it.
+std::string context_key(const cache_query& q, std::string_view context);
+
+// The semantic cache's keys (stored with each record, so their bytes never change). Seeds keep
+// the two kinds of fingerprint apart.
+fingerprint context_fingerprint(const cache_query& q);
 fingerprint exact_fingerprint(const fingerprint& context, std::string_view normalized_question);
+
+// The exact cache's key: the context key over the prompt's tokens.
+std::string exact_key(const cache_query& q);
 
 }  // namespace troupe::cache

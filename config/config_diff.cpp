@@ -57,8 +57,11 @@ std::vector<config_change> config_diff(const troupe_config& before, const troupe
     const std::string vb = ib == b.end() ? std::string() : ib->second;
     const bool secret = key == "auth.admin_token" || key == "auth.api_keys";
     bool changed = (ia == a.end()) != (ib == b.end()) || va != vb;
-    if (secret) changed = key == "auth.admin_token" ? before.auth.admin_token != after.auth.admin_token
-                                                    : !(before.auth.api_keys == after.auth.api_keys);
+    // Secrets read "<redacted>" in both texts: their values are compared instead.
+    if (secret)
+      changed = key == "auth.admin_token" ? before.server.admin_token != after.server.admin_token
+                                          : before.server.api_keys != after.server.api_keys ||
+                                                before.server.api_key_tenants != after.server.api_key_tenants;
     if (changed) out.push_back({key, reload_of(key), va, vb});
   };
   for (const auto& k : order_a) add(k);
@@ -75,6 +78,15 @@ troupe_config with_restart_keys_of(const troupe_config& running, const troupe_co
     if (s.reload != reload_kind::restart) continue;
     s.write(running, root, false);
     if (const auto* n = node_at(root, s.key)) s.read(out, *n, r);
+  }
+  return out;
+}
+
+std::set<std::string> stages_to_replace(const std::vector<config_change>& changes) {
+  std::set<std::string> out;
+  for (const auto& c : changes) {
+    if (c.reload != reload_kind::hot) continue;
+    if (auto stage = stage_of(c.key); !stage.empty()) out.insert(std::move(stage));
   }
   return out;
 }

@@ -4,6 +4,7 @@
 // threshold and TTL, output filters, log level) or at the next start (restart: model, listen
 // address, KV size, ...). A reload applies the hot changes and reports the others; it never
 // drops one silently.
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,11 @@ struct config_change {
 
 // The changed keys, in the schema's order.
 std::vector<config_change> config_diff(const troupe_config& before, const troupe_config& after);
+
+// The pipeline stages a reload replaces to apply `changes`: the stage of each hot key
+// (config_schema's stage_of), for actors::pipeline::reconfigure. Hot keys no stage holds
+// (logging.level) and restart keys add none.
+std::set<std::string> stages_to_replace(const std::vector<config_change>& changes);
 
 // Whether any of `changes` needs a restart.
 bool needs_restart(const std::vector<config_change>& changes);

@@ -114,36 +114,37 @@ void check_name(reader& rd, const config_registries::names_fn& names, const char
 }
 
 void check(const troupe_config& c, const config_registries& r, reader& rd) {
-  check_name(rd, r.scheduler_policies, "scheduling policy", "scheduler.policy", c.scheduler.policy);
-  check_name(rd, r.admission_policies, "admission policy", "admission.policy", c.admission.policy);
-  check_name(rd, r.cache_policies, "response cache policy", "cache.policy", c.cache.policy);
-  check_name(rd, r.embedders, "embedder", "cache.embedder", c.cache.embedder);
+  const auto& p = c.pipeline;
+  check_name(rd, r.scheduler_policies, "scheduling policy", "scheduler.policy", p.scheduler.policy);
+  check_name(rd, r.admission_policies, "admission policy", "admission.policy", p.admission.policy);
+  check_name(rd, r.cache_policies, "response cache policy", "cache.policy", p.cache.policy);
+  check_name(rd, r.embedders, "embedder", "cache.embedder", p.cache.semantic.embedder);
   check_name(rd, r.backends, "backend", "model.backend", c.model.backend);
-  for (size_t i = 0; i < c.streamer.filters.size(); ++i)
+  for (size_t i = 0; i < p.streamer.filters.size(); ++i)
     check_name(rd, r.filters, "output filter", "streamer.filters[" + std::to_string(i) + "].name",
-               c.streamer.filters[i].name);
+               p.streamer.filters[i].name);
   if (r.scheduler_policy_options) {
-    if (auto s = r.scheduler_policy_options(c.scheduler.policy, c.scheduler.policy_options); !s) {
+    if (auto s = r.scheduler_policy_options(p.scheduler.policy, p.scheduler.policy_opts.values); !s) {
       // Point at the option the policy refused when the message names one.
       std::string key = "scheduler.policy_options";
-      for (const auto& [name, v] : c.scheduler.policy_options)
+      for (const auto& [name, v] : p.scheduler.policy_opts.values)
         if (s.error().find("'" + name + "'") != std::string::npos) key += "." + name;
       if (!rd.node_of(key)) key = rd.node_of("scheduler.policy_options") ? "scheduler.policy_options" : "scheduler.policy";
       rd.fail_key(key, s.error());
     }
   }
   if (r.admission_policy_options) {
-    if (auto s = r.admission_policy_options(c.admission.policy, c.admission.policy_options); !s) {
+    if (auto s = r.admission_policy_options(p.admission.policy, p.admission.policy_options); !s) {
       std::string key = "admission.policy_options";
-      for (const auto& [name, v] : c.admission.policy_options)
+      for (const auto& [name, v] : p.admission.policy_options)
         if (s.error().find("'" + name + "'") != std::string::npos) key += "." + name;
       if (!rd.node_of(key)) key = rd.node_of("admission.policy_options") ? "admission.policy_options" : "admission.policy";
       rd.fail_key(key, s.error());
     }
   }
   if (r.filter_options) {
-    for (size_t i = 0; i < c.streamer.filters.size(); ++i) {
-      const auto& f = c.streamer.filters[i];
+    for (size_t i = 0; i < p.streamer.filters.size(); ++i) {
+      const auto& f = p.streamer.filters[i];
       if (auto s = r.filter_options(f.name, f.options); !s) {
         const std::string at = "streamer.filters[" + std::to_string(i) + "]";
         rd.fail_key(rd.node_of(at + ".options") ? at + ".options" : at + ".name", s.error());
@@ -153,10 +154,10 @@ void check(const troupe_config& c, const config_registries& r, reader& rd) {
   // Keys that must agree: only once each was read well (a key that failed keeps its default,
   // which would only confuse here).
   if (!rd.errors().empty()) return;
-  if (c.admission.default_max_tokens > c.admission.max_tokens_cap)
+  if (p.admission.default_max_tokens > p.admission.max_tokens_cap)
     rd.fail_key(rd.node_of("admission.default_max_tokens") ? "admission.default_max_tokens" : "admission.max_tokens_cap",
-                "admission.default_max_tokens (" + std::to_string(c.admission.default_max_tokens) +
-                    ") exceeds admission.max_tokens_cap (" + std::to_string(c.admission.max_tokens_cap) + ")");
+                "admission.default_max_tokens (" + std::to_string(p.admission.default_max_tokens) +
+                    ") exceeds admission.max_tokens_cap (" + std::to_string(p.admission.max_tokens_cap) + ")");
 }
 
 }  // namespace

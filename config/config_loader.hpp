@@ -14,7 +14,7 @@
 
 #include "config/config_registries.hpp"
 #include "config/troupe_config.hpp"
-#include "model/result.hpp"
+#include "common/result.hpp"
 
 namespace troupe::config {
 

@@ -1,6 +1,6 @@
 #include "config/config_plugins.hpp"
 
-#include "actors/plugin_loader.hpp"
+#include "actors/plugins/plugin_loader.hpp"
 
 namespace troupe::config {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "config/config_loader.hpp"
-#include "model/result.hpp"
+#include "common/result.hpp"
 
 namespace troupe::config {
 

@@ -1,29 +1,29 @@
 #include "config/config_registries.hpp"
 
-#include "actors/admission_gate.hpp"
-#include "actors/admission_policy.hpp"
-#include "actors/filter_actor.hpp"
-#include "actors/response_cache.hpp"
-#include "actors/scheduling_policy.hpp"
-#include "actors/stream_filter.hpp"
-#include "cache/embedder.hpp"
+#include "actors/admission/gate.hpp"
+#include "actors/admission/policy.hpp"
+#include "actors/streamer/filters/filter_actor.hpp"
+#include "actors/response_cache/policy.hpp"
+#include "actors/scheduler/policy.hpp"
+#include "actors/streamer/filters/stream_filter.hpp"
+#include "cache/embed/embedder.hpp"
 #include "model/backend.hpp"
 
 namespace troupe::config {
 
 config_registries config_registries::global() {
   config_registries r;
-  r.scheduler_policies = [] { return actors::policy_registry::global().names(); };
+  r.scheduler_policies = [] { return actors::scheduling_policy_registry().names(); };
   r.admission_policies = [] { return actors::admission_policy_names(); };
   r.cache_policies = [] { return actors::response_cache_registry().names(); };
-  r.embedders = [] { return cache::embedder_registry::global().names(); };
+  r.embedders = [] { return cache::embedder_registry().names(); };
   r.filters = [] { return actors::output_filter_names(); };
   r.backends = [] { return model::backend_names(); };
   r.scheduler_policy_options = [](const std::string& policy, const std::map<std::string, double>& options) -> status {
-    if (!actors::policy_registry::global().contains(policy)) return {};  // reported as an unknown name
+    if (!actors::scheduling_policy_registry().contains(policy)) return {};  // reported as an unknown name
     actors::policy_options o;
     o.values = options;
-    auto made = actors::policy_registry::global().make(policy, o);
+    auto made = actors::scheduling_policy_registry().make(policy, o);
     if (!made) return make_error(made.error());
     return {};
   };

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "config/troupe_config.hpp"
-#include "model/result.hpp"
+#include "common/options.hpp"
+#include "common/result.hpp"
 
 namespace troupe::config {
 

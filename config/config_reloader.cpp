@@ -35,7 +35,7 @@ reload_result config_reloader::reload_from(const troupe_config& next, const appl
   if (!r.applied.empty()) {
     // Restart-only keys keep their running values in what is applied now: they are reported
     // (restart_needed), never applied half-way by a replaced actor.
-    auto done = apply(with_restart_keys_of(started_, next));
+    auto done = apply(with_restart_keys_of(started_, next), stages_to_replace(r.applied));
     if (!done) {
       r.error = "the config was not applied (the running one stays): " + done.error();
       r.applied.clear();

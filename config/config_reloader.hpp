@@ -2,19 +2,21 @@
 // Hot reload of the running config (SIGHUP, POST /admin/reload): the file is read again with
 // the same command-line overrides and validated as a whole; an invalid config is rejected and
 // the running one stays, with the reason. A valid one is compared with the running one key by
-// key: the changes that can be applied while serving are handed to `apply` (which replaces the
-// actors concerned), the others are reported as needing a restart — never silently ignored.
+// key: the changes that can be applied while serving are handed to `apply` with the pipeline
+// stages they touch (which it replaces), the others are reported as needing a restart — never
+// silently ignored.
 // Each applied reload gets the next version number (1 is the config the server started with).
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "config/config_diff.hpp"
 #include "config/config_loader.hpp"
 #include "config/troupe_config.hpp"
-#include "model/result.hpp"
+#include "common/result.hpp"
 
 namespace troupe::config {
 
@@ -29,9 +31,11 @@ struct reload_result {
 
 class config_reloader {
  public:
-  // Applies the hot part of a config: replaces actors, sets the log level; answers the names of
-  // the actors replaced, or an error (then nothing of this reload is in force).
-  using apply_fn = std::function<result<std::vector<std::string>>(const troupe_config&)>;
+  // Applies the hot part of a config: replaces the pipeline stages in `stages` (computed from
+  // the diff: stages_to_replace), sets the log level; answers the names of the actors replaced,
+  // or an error (then nothing of this reload is in force).
+  using apply_fn =
+      std::function<result<std::vector<std::string>>(const troupe_config& next, const std::set<std::string>& stages)>;
 
   config_reloader(troupe_config running, std::string path, std::string exe_path, std::vector<config_override> overrides);
 

@@ -1,10 +1,13 @@
-// The one table of config keys: type, range, allowed values, hot or restart, and how each is
-// read from TOML and written back. Ranges are what the code accepts without misbehaving (a port
+// The one table of config keys: type, range, allowed values, hot or restart (and the pipeline
+// stage a hot change replaces), and the field of the runtime structs (troupe_config) each is read
+// into from TOML and written back from, converting units where TOML's differ (seconds to
+// std::chrono, MiB to bytes, a name to an enum). Defaults are the fields' own. Ranges are what the code accepts without misbehaving (a port
 // fits 16 bits, a thread count is positive), not recommendations; reference.toml says both.
 #include "config/config_schema.hpp"
 
 #include <algorithm>
 #include <cfloat>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cctype>
@@ -16,6 +19,7 @@
 #include <type_traits>
 
 #include "config/detail/toml_schema.hpp"
+#include "model/matmul.hpp"
 
 namespace troupe::config {
 
@@ -29,13 +33,27 @@ constexpr int64_t kib = 1024;
 constexpr int64_t mib = kib * kib;
 constexpr int64_t gib = mib * kib;
 constexpr int64_t day_ms = 24LL * 3600 * 1000;
-constexpr auto hot = reload_kind::hot;
-constexpr auto restart = reload_kind::restart;
 
-key_spec spec(std::string key, reload_kind r, std::vector<std::string> entries = {}, bool diff_entries = false) {
+// How a change to a key is applied: at the next start, or while serving by replacing the
+// pipeline stage that holds it (config_diff's stages_to_replace collects them).
+struct applied_by {
+  reload_kind reload;
+  const char* stage;
+};
+constexpr applied_by restart{reload_kind::restart, ""};
+constexpr applied_by hot_scheduler{reload_kind::hot, "scheduler"};
+constexpr applied_by hot_admission{reload_kind::hot, "admission"};
+constexpr applied_by hot_cache{reload_kind::hot, "cache"};
+constexpr applied_by hot_streamer{reload_kind::hot, "streamer"};  // its output filters, changed in place
+// Hot, but no stage to replace: serve applies logging.level itself; admission.max_prompt_tokens
+// is read by nothing yet.
+constexpr applied_by hot_no_stage{reload_kind::hot, ""};
+
+key_spec spec(std::string key, applied_by a, std::vector<std::string> entries = {}, bool diff_entries = false) {
   key_spec s;
   s.key = std::move(key);
-  s.reload = r;
+  s.reload = a.reload;
+  s.stage = a.stage;
   s.entries = std::move(entries);
   s.diff_entries = diff_entries;
   return s;
@@ -67,30 +85,63 @@ double shortest(float f) {
   return static_cast<double>(f);
 }
 
-// Field accessors: `field(c)` is a reference into the config.
+// Field accessors: `field(c)` is a reference into the config, to a field of a struct the code
+// reads. The ranges below keep every value within its field's type.
 #define TROUPE_FIELD(path) [](troupe_config& c) -> auto& { return c.path; }
 
 template <class F>
-key_spec integer_key(std::string key, reload_kind r, int64_t lo, int64_t hi, F field) {
-  key_spec s = spec(key, r);
+auto& get(F field, const troupe_config& c) {
+  return field(const_cast<troupe_config&>(c));
+}
+
+template <class F>
+key_spec integer_key(std::string key, applied_by a, int64_t lo, int64_t hi, F field) {
+  key_spec s = spec(key, a);
   s.read = [key, lo, hi, field](troupe_config& c, const toml::node& n, reader& rd) {
-    if (auto v = rd.integer(n, key, lo, hi)) field(c) = *v;
+    using T = std::decay_t<decltype(field(c))>;
+    if (auto v = rd.integer(n, key, lo, hi)) field(c) = static_cast<T>(*v);
   };
   s.write = [key, field](const troupe_config& c, toml::table& root, bool) {
-    put(root, key, static_cast<int64_t>(field(const_cast<troupe_config&>(c))));
+    put(root, key, static_cast<int64_t>(get(field, c)));
+  };
+  return s;
+}
+
+// A std::chrono duration field, given in whole seconds in TOML (the key's name ends in _s).
+template <class F>
+key_spec seconds_key(std::string key, applied_by a, int64_t lo, int64_t hi, F field) {
+  key_spec s = spec(key, a);
+  s.read = [key, lo, hi, field](troupe_config& c, const toml::node& n, reader& rd) {
+    if (auto v = rd.integer(n, key, lo, hi)) field(c) = std::chrono::seconds(*v);
+  };
+  s.write = [key, field](const troupe_config& c, toml::table& root, bool) {
+    put(root, key, static_cast<int64_t>(std::chrono::duration_cast<std::chrono::seconds>(get(field, c)).count()));
+  };
+  return s;
+}
+
+// A field in bytes, given in MiB in TOML (the key's name ends in _mib).
+template <class F>
+key_spec mib_key(std::string key, applied_by a, int64_t lo, int64_t hi, F field) {
+  key_spec s = spec(key, a);
+  s.read = [key, lo, hi, field](troupe_config& c, const toml::node& n, reader& rd) {
+    if (auto v = rd.integer(n, key, lo, hi)) field(c) = *v << 20;
+  };
+  s.write = [key, field](const troupe_config& c, toml::table& root, bool) {
+    put(root, key, static_cast<int64_t>(get(field, c) >> 20));
   };
   return s;
 }
 
 template <class F>
-key_spec number_key(std::string key, reload_kind r, double lo, double hi, F field) {
-  key_spec s = spec(key, r);
+key_spec number_key(std::string key, applied_by a, double lo, double hi, F field) {
+  key_spec s = spec(key, a);
   s.read = [key, lo, hi, field](troupe_config& c, const toml::node& n, reader& rd) {
     using T = std::decay_t<decltype(field(c))>;
     if (auto v = rd.number(n, key, lo, hi)) field(c) = static_cast<T>(*v);
   };
   s.write = [key, field](const troupe_config& c, toml::table& root, bool) {
-    const auto v = field(const_cast<troupe_config&>(c));
+    const auto v = get(field, c);
     if constexpr (std::is_same_v<std::decay_t<decltype(v)>, float>) put(root, key, shortest(v));
     else put(root, key, static_cast<double>(v));
   };
@@ -98,28 +149,56 @@ key_spec number_key(std::string key, reload_kind r, double lo, double hi, F fiel
 }
 
 template <class F>
-key_spec bool_key(std::string key, reload_kind r, F field) {
-  key_spec s = spec(key, r);
+key_spec bool_key(std::string key, applied_by a, F field) {
+  key_spec s = spec(key, a);
   s.read = [key, field](troupe_config& c, const toml::node& n, reader& rd) {
     if (auto v = rd.boolean(n, key)) field(c) = *v;
   };
   s.write = [key, field](const troupe_config& c, toml::table& root, bool) {
-    put(root, key, static_cast<bool>(field(const_cast<troupe_config&>(c))));
+    put(root, key, static_cast<bool>(get(field, c)));
   };
   return s;
 }
 
 template <class F>
-key_spec string_key(std::string key, reload_kind r, bool non_empty, std::vector<std::string> allowed, F field,
+key_spec string_key(std::string key, applied_by a, bool non_empty, std::vector<std::string> allowed, F field,
                     bool secret = false) {
-  key_spec s = spec(key, r);
+  key_spec s = spec(key, a);
   s.read = [key, non_empty, allowed, field](troupe_config& c, const toml::node& n, reader& rd) {
     if (auto v = rd.string(n, key, non_empty, allowed)) field(c) = *v;
   };
   s.write = [key, field, secret](const troupe_config& c, toml::table& root, bool redact) {
-    const std::string& v = field(const_cast<troupe_config&>(c));
+    const std::string& v = get(field, c);
     put(root, key, secret && redact && !v.empty() ? std::string("<redacted>") : v);
   };
+  return s;
+}
+
+// model.matmul: the enum model::matmul_order, by its name in TOML.
+key_spec matmul_key() {
+  const std::string key = "model.matmul";
+  key_spec s = spec(key, restart);
+  s.read = [key](troupe_config& c, const toml::node& n, reader& rd) {
+    if (auto v = rd.string(n, key, true, {"llama.cpp", "fast"}))
+      c.backend.matmul = model::parse_matmul_order(*v).value_or(model::matmul_order::llama_cpp);
+  };
+  s.write = [key](const troupe_config& c, toml::table& root, bool) {
+    put(root, key, std::string(model::matmul_order_name(c.backend.matmul)));
+  };
+  return s;
+}
+
+// cache.enabled: the response cache and both its policies' own switches, together.
+key_spec cache_enabled_key() {
+  const std::string key = "cache.enabled";
+  key_spec s = spec(key, hot_cache);
+  s.read = [key](troupe_config& c, const toml::node& n, reader& rd) {
+    if (auto v = rd.boolean(n, key)) {
+      auto& cache = c.pipeline.cache;
+      cache.enabled = cache.exact.enabled = cache.semantic.enabled = *v;
+    }
+  };
+  s.write = [key](const troupe_config& c, toml::table& root, bool) { put(root, key, c.pipeline.cache.enabled); };
   return s;
 }
 
@@ -127,13 +206,13 @@ key_spec string_key(std::string key, reload_kind r, bool non_empty, std::vector<
 // admission.tenants.<name>.
 struct limit_field {
   const char* name;
-  double tenant_limits_section::*member;
+  double actors::tenant_limits::*member;
 };
 const limit_field limit_fields[] = {
-    {"requests_per_s", &tenant_limits_section::requests_per_s},
-    {"request_burst", &tenant_limits_section::request_burst},
-    {"tokens_per_s", &tenant_limits_section::tokens_per_s},
-    {"token_burst", &tenant_limits_section::token_burst},
+    {"requests_per_s", &actors::tenant_limits::requests_per_s},
+    {"request_burst", &actors::tenant_limits::request_burst},
+    {"tokens_per_s", &actors::tenant_limits::tokens_per_s},
+    {"token_burst", &actors::tenant_limits::token_burst},
 };
 constexpr double max_rate = 1e12;
 
@@ -144,27 +223,28 @@ std::vector<std::string> limit_names() {
 }
 
 key_spec policy_options_key() {
-  key_spec s = spec("scheduler.policy_options", hot, {"*"}, true);
+  key_spec s = spec("scheduler.policy_options", hot_scheduler, {"*"}, true);
   s.read = [](troupe_config& c, const toml::node& n, reader& rd) {
     const std::string key = "scheduler.policy_options";
     const auto* t = rd.table(n, key);
     if (!t) return;
-    c.scheduler.policy_options.clear();
+    auto& options = c.pipeline.scheduler.policy_opts.values;
+    options.clear();
     for (const auto& [k, v] : *t) {
       const std::string full = key + "." + std::string(k.str());
       rd.remember(full, v);
       if (auto x = rd.number(v, full, -std::numeric_limits<double>::max(), std::numeric_limits<double>::max()))
-        c.scheduler.policy_options[std::string(k.str())] = *x;
+        options[std::string(k.str())] = *x;
     }
   };
   s.write = [](const troupe_config& c, toml::table& root, bool) {
     auto& t = table_at(root, "scheduler.policy_options");
-    for (const auto& [k, v] : c.scheduler.policy_options) t.insert_or_assign(k, v);
+    for (const auto& [k, v] : c.pipeline.scheduler.policy_opts.values) t.insert_or_assign(k, v);
   };
   return s;
 }
 
-void read_limits(tenant_limits_section& out, const toml::table& t, const std::string& prefix, reader& rd) {
+void read_limits(actors::tenant_limits& out, const toml::table& t, const std::string& prefix, reader& rd) {
   rd.check_keys(t, prefix, limit_names());
   for (const auto& f : limit_fields) {
     if (const auto* v = t.get(f.name)) {
@@ -174,18 +254,19 @@ void read_limits(tenant_limits_section& out, const toml::table& t, const std::st
   }
 }
 
-void write_limits(const tenant_limits_section& l, toml::table& t) {
+void write_limits(const actors::tenant_limits& l, toml::table& t) {
   for (const auto& f : limit_fields) t.insert_or_assign(f.name, l.*f.member);
 }
 
 key_spec tenants_key() {
-  key_spec s = spec("admission.tenants", hot, {}, true);
+  key_spec s = spec("admission.tenants", hot_admission, {}, true);
   for (const auto& f : limit_fields) s.entries.push_back(std::string("*.") + f.name);
   s.read = [](troupe_config& c, const toml::node& n, reader& rd) {
     const std::string key = "admission.tenants";
     const auto* t = rd.table(n, key);
     if (!t) return;
-    c.admission.tenants.clear();
+    auto& tenants = c.pipeline.admission.tenants;
+    tenants.clear();
     for (const auto& [k, v] : *t) {
       const std::string name(k.str());
       const std::string full = key + "." + name;
@@ -195,14 +276,14 @@ key_spec tenants_key() {
       }
       const auto* lt = rd.table(v, full);
       if (!lt) continue;
-      tenant_limits_section l;
+      actors::tenant_limits l;
       read_limits(l, *lt, full, rd);
-      c.admission.tenants[name] = l;
+      tenants[name] = l;
     }
   };
   s.write = [](const troupe_config& c, toml::table& root, bool) {
     auto& t = table_at(root, "admission.tenants");
-    for (const auto& [name, l] : c.admission.tenants) {
+    for (const auto& [name, l] : c.pipeline.admission.tenants) {
       toml::table lt;
       write_limits(l, lt);
       t.insert_or_assign(name, std::move(lt));
@@ -213,13 +294,13 @@ key_spec tenants_key() {
 
 key_spec limit_key(const limit_field& f) {
   const std::string key = std::string("admission.default_tenant.") + f.name;
-  key_spec s = spec(key, hot);
+  key_spec s = spec(key, hot_admission);
   auto member = f.member;
   s.read = [key, member](troupe_config& c, const toml::node& n, reader& rd) {
-    if (auto x = rd.number(n, key, 0, max_rate)) c.admission.default_tenant.*member = *x;
+    if (auto x = rd.number(n, key, 0, max_rate)) c.pipeline.admission.default_tenant.*member = *x;
   };
   s.write = [key, member](const troupe_config& c, toml::table& root, bool) {
-    put(root, key, c.admission.default_tenant.*member);
+    put(root, key, c.pipeline.admission.default_tenant.*member);
   };
   return s;
 }
@@ -242,28 +323,35 @@ void each_entry(const toml::node& n, const std::string& key, const std::vector<s
   }
 }
 
+// auth.api_keys: each entry's key and tenant go to server_options' two parallel lists.
 key_spec api_keys_key() {
   key_spec s = spec("auth.api_keys", restart, {"[].key", "[].tenant"});
   s.read = [](troupe_config& c, const toml::node& n, reader& rd) {
-    c.auth.api_keys.clear();
+    auto& keys = c.server.api_keys;
+    auto& tenants = c.server.api_key_tenants;
+    keys.clear();
+    tenants.clear();
     each_entry(n, "auth.api_keys", {"key", "tenant"}, "key", rd,
                [&](const toml::table& t, const std::string& full, const toml::node& e) {
-                 api_key k;
+                 std::string key, tenant;
                  if (const auto* v = t.get("key"))
-                   if (auto x = rd.string(*v, full + ".key", true)) k.key = *x;
+                   if (auto x = rd.string(*v, full + ".key", true)) key = *x;
                  if (const auto* v = t.get("tenant"))
-                   if (auto x = rd.string(*v, full + ".tenant", false)) k.tenant = *x;
-                 for (const auto& earlier : c.auth.api_keys)
-                   if (!k.key.empty() && earlier.key == k.key) rd.fail(e, full + ".key", "the same API key is listed twice");
-                 c.auth.api_keys.push_back(std::move(k));
+                   if (auto x = rd.string(*v, full + ".tenant", false)) tenant = *x;
+                 for (const auto& earlier : keys)
+                   if (!key.empty() && earlier == key) rd.fail(e, full + ".key", "the same API key is listed twice");
+                 keys.push_back(std::move(key));
+                 tenants.push_back(std::move(tenant));
                });
   };
   s.write = [](const troupe_config& c, toml::table& root, bool redact) {
     toml::array a;
-    for (const auto& k : c.auth.api_keys) {
+    const auto& keys = c.server.api_keys;
+    const auto& tenants = c.server.api_key_tenants;
+    for (size_t i = 0; i < keys.size(); ++i) {
       toml::table t;
-      t.insert_or_assign("key", redact ? std::string("<redacted>") : k.key);
-      t.insert_or_assign("tenant", k.tenant);
+      t.insert_or_assign("key", redact ? std::string("<redacted>") : keys[i]);
+      t.insert_or_assign("tenant", i < tenants.size() ? tenants[i] : std::string());
       a.push_back(std::move(t));
     }
     put(root, "auth.api_keys", std::move(a));
@@ -293,7 +381,7 @@ std::optional<option_value> read_option(const toml::node& n, const std::string& 
 }
 
 // An options table (a filter's, the admission policy's) into a TOML table.
-void write_options(const std::map<std::string, option_value>& options, toml::table& o) {
+void write_options(const option_map& options, toml::table& o) {
   for (const auto& [k, v] : options) {
     std::visit(
         [&, k = k](const auto& x) {
@@ -311,31 +399,33 @@ void write_options(const std::map<std::string, option_value>& options, toml::tab
 }
 
 key_spec admission_policy_options_key() {
-  key_spec s = spec("admission.policy_options", hot, {"*"}, true);
+  key_spec s = spec("admission.policy_options", hot_admission, {"*"}, true);
   s.read = [](troupe_config& c, const toml::node& n, reader& rd) {
     const std::string key = "admission.policy_options";
     const auto* t = rd.table(n, key);
     if (!t) return;
-    c.admission.policy_options.clear();
+    auto& options = c.pipeline.admission.policy_options;
+    options.clear();
     for (const auto& [k, v] : *t) {
       const std::string full = key + "." + std::string(k.str());
       rd.remember(full, v);
-      if (auto x = read_option(v, full, rd)) c.admission.policy_options[std::string(k.str())] = std::move(*x);
+      if (auto x = read_option(v, full, rd)) options[std::string(k.str())] = std::move(*x);
     }
   };
   s.write = [](const troupe_config& c, toml::table& root, bool) {
-    write_options(c.admission.policy_options, table_at(root, "admission.policy_options"));
+    write_options(c.pipeline.admission.policy_options, table_at(root, "admission.policy_options"));
   };
   return s;
 }
 
 key_spec filters_key() {
-  key_spec s = spec("streamer.filters", hot, {"[].name", "[].options.*"});
+  key_spec s = spec("streamer.filters", hot_streamer, {"[].name", "[].options.*"});
   s.read = [](troupe_config& c, const toml::node& n, reader& rd) {
-    c.streamer.filters.clear();
+    auto& filters = c.pipeline.streamer.filters;
+    filters.clear();
     each_entry(n, "streamer.filters", {"name", "options"}, "name", rd,
                [&](const toml::table& t, const std::string& full, const toml::node&) {
-                 filter_spec f;
+                 actors::filter_spec f;
                  if (const auto* v = t.get("name")) {
                    rd.remember(full + ".name", *v);
                    if (auto x = rd.string(*v, full + ".name", true)) f.name = *x;
@@ -349,12 +439,12 @@ key_spec filters_key() {
                      }
                    }
                  }
-                 c.streamer.filters.push_back(std::move(f));
+                 filters.push_back(std::move(f));
                });
   };
   s.write = [](const troupe_config& c, toml::table& root, bool) {
     toml::array a;
-    for (const auto& f : c.streamer.filters) {
+    for (const auto& f : c.pipeline.streamer.filters) {
       toml::table t;
       t.insert_or_assign("name", f.name);
       toml::table o;
@@ -396,81 +486,94 @@ std::vector<key_spec> make_schema() {
   v.push_back(integer_key("server.max_body_bytes", restart, 1, gib, TROUPE_FIELD(server.max_body_bytes)));
   v.push_back(integer_key("server.max_ws_message_bytes", restart, 1, gib, TROUPE_FIELD(server.max_ws_message_bytes)));
   v.push_back(integer_key("server.max_ws_queue_bytes", restart, 1, 16 * gib, TROUPE_FIELD(server.max_ws_queue_bytes)));
-  v.push_back(integer_key("server.ws_idle_timeout_s", restart, 2, 86400, TROUPE_FIELD(server.ws_idle_timeout_s)));
-  v.push_back(integer_key("server.http_read_timeout_s", restart, 1, 3600, TROUPE_FIELD(server.http_read_timeout_s)));
-  v.push_back(integer_key("server.shutdown_grace_s", restart, 0, 3600, TROUPE_FIELD(server.shutdown_grace_s)));
-  v.push_back(integer_key("server.resume_window_s", restart, 0, 86400, TROUPE_FIELD(server.resume_window_s)));
+  v.push_back(seconds_key("server.ws_idle_timeout_s", restart, 2, 86400, TROUPE_FIELD(server.ws_idle_timeout)));
+  v.push_back(seconds_key("server.http_read_timeout_s", restart, 1, 3600, TROUPE_FIELD(server.http_read_timeout)));
+  v.push_back(seconds_key("server.shutdown_grace_s", restart, 0, 3600, TROUPE_FIELD(server.shutdown_grace)));
+  v.push_back(seconds_key("server.resume_window_s", restart, 0, 86400, TROUPE_FIELD(server.resume_window)));
   v.push_back(integer_key("server.resume_keep_tokens", restart, 0, 16 * mib, TROUPE_FIELD(server.resume_keep_tokens)));
 
   v.push_back(string_key("model.path", restart, true, {}, TROUPE_FIELD(model.path)));
   v.push_back(string_key("model.name", restart, false, {}, TROUPE_FIELD(model.name)));
   v.push_back(string_key("model.backend", restart, true, {}, TROUPE_FIELD(model.backend)));
-  v.push_back(integer_key("model.threads", restart, 0, 1024, TROUPE_FIELD(model.threads)));
-  v.push_back(bool_key("model.cuda_graphs", restart, TROUPE_FIELD(model.cuda_graphs)));
-  v.push_back(string_key("model.matmul", restart, true, {"llama.cpp", "fast"}, TROUPE_FIELD(model.matmul)));
+  v.push_back(integer_key("model.threads", restart, 0, 1024, TROUPE_FIELD(backend.n_threads)));
+  v.push_back(bool_key("model.cuda_graphs", restart, TROUPE_FIELD(backend.cuda_graphs)));
+  v.push_back(matmul_key());
 
-  v.push_back(integer_key("kv.memory_mib", restart, 1, mib, TROUPE_FIELD(kv.memory_mib)));
-  v.push_back(integer_key("kv.block_size", restart, 1, 1024, TROUPE_FIELD(kv.block_size)));
-  v.push_back(bool_key("kv.f32", restart, TROUPE_FIELD(kv.f32)));
-  v.push_back(bool_key("kv.q8", restart, TROUPE_FIELD(kv.q8)));
-  v.push_back(bool_key("kv.prefix_caching", restart, TROUPE_FIELD(kv.prefix_caching)));
+  v.push_back(mib_key("kv.memory_mib", restart, 1, mib, TROUPE_FIELD(backend.kv_bytes)));
+  v.push_back(integer_key("kv.block_size", restart, 1, 1024, TROUPE_FIELD(backend.block_size)));
+  v.push_back(bool_key("kv.f32", restart, TROUPE_FIELD(backend.kv_f32)));
+  v.push_back(bool_key("kv.q8", restart, TROUPE_FIELD(backend.kv_q8)));
+  v.push_back(bool_key("kv.prefix_caching", restart, TROUPE_FIELD(pipeline.scheduler.prefix_caching)));
 
-  v.push_back(string_key("scheduler.policy", hot, true, {}, TROUPE_FIELD(scheduler.policy)));
-  v.push_back(integer_key("scheduler.max_num_seqs", hot, 1, 65536, TROUPE_FIELD(scheduler.max_num_seqs)));
-  v.push_back(integer_key("scheduler.max_batched_tokens", hot, 1, mib, TROUPE_FIELD(scheduler.max_batched_tokens)));
-  v.push_back(integer_key("scheduler.max_steps_in_flight", hot, 1, 16, TROUPE_FIELD(scheduler.max_steps_in_flight)));
+  v.push_back(string_key("scheduler.policy", hot_scheduler, true, {}, TROUPE_FIELD(pipeline.scheduler.policy)));
+  v.push_back(integer_key("scheduler.max_num_seqs", hot_scheduler, 1, 65536, TROUPE_FIELD(pipeline.scheduler.max_num_seqs)));
+  v.push_back(integer_key("scheduler.max_batched_tokens", hot_scheduler, 1, mib,
+                          TROUPE_FIELD(pipeline.scheduler.max_batched_tokens)));
+  v.push_back(integer_key("scheduler.max_steps_in_flight", hot_scheduler, 1, 16,
+                          TROUPE_FIELD(pipeline.scheduler.max_steps_in_flight)));
   v.push_back(policy_options_key());
 
-  v.push_back(string_key("admission.policy", hot, true, {}, TROUPE_FIELD(admission.policy)));
-  v.push_back(integer_key("admission.max_pending", hot, 1, 16 * mib, TROUPE_FIELD(admission.max_pending)));
-  v.push_back(integer_key("admission.max_prompt_tokens", hot, 0, 16 * mib, TROUPE_FIELD(admission.max_prompt_tokens)));
-  v.push_back(integer_key("admission.max_tokens_cap", hot, 1, 16 * mib, TROUPE_FIELD(admission.max_tokens_cap)));
-  v.push_back(integer_key("admission.default_max_tokens", hot, 1, 16 * mib, TROUPE_FIELD(admission.default_max_tokens)));
-  v.push_back(integer_key("admission.max_stop_strings", hot, 0, 1024, TROUPE_FIELD(admission.max_stop_strings)));
-  v.push_back(integer_key("admission.default_deadline_ms", hot, 0, 365 * day_ms, TROUPE_FIELD(admission.default_deadline_ms)));
+  v.push_back(string_key("admission.policy", hot_admission, true, {}, TROUPE_FIELD(pipeline.admission.policy)));
+  v.push_back(integer_key("admission.max_pending", hot_admission, 1, 16 * mib, TROUPE_FIELD(pipeline.admission.max_pending)));
+  v.push_back(integer_key("admission.max_prompt_tokens", hot_no_stage, 0, 16 * mib,
+                          TROUPE_FIELD(pipeline.admission.max_prompt_tokens)));
+  v.push_back(integer_key("admission.max_tokens_cap", hot_admission, 1, 16 * mib,
+                          TROUPE_FIELD(pipeline.admission.max_tokens_cap)));
+  v.push_back(integer_key("admission.default_max_tokens", hot_admission, 1, 16 * mib,
+                          TROUPE_FIELD(pipeline.admission.default_max_tokens)));
+  v.push_back(integer_key("admission.max_stop_strings", hot_admission, 0, 1024,
+                          TROUPE_FIELD(pipeline.admission.max_stop_strings)));
+  v.push_back(integer_key("admission.default_deadline_ms", hot_admission, 0, 365 * day_ms,
+                          TROUPE_FIELD(pipeline.admission.default_deadline_ms)));
   v.push_back(admission_policy_options_key());
   for (const auto& f : limit_fields) v.push_back(limit_key(f));
   v.push_back(tenants_key());
 
-  v.push_back(bool_key("cache.enabled", hot, TROUPE_FIELD(cache.enabled)));
-  v.push_back(string_key("cache.policy", hot, true, {}, TROUPE_FIELD(cache.policy)));
-  v.push_back(number_key("cache.threshold", hot, 0.0, 1.0, TROUPE_FIELD(cache.threshold)));
-  v.push_back(integer_key("cache.ttl_s", hot, 0, 100LL * 365 * 86400, TROUPE_FIELD(cache.ttl_s)));
-  v.push_back(integer_key("cache.max_entries", hot, 1, 1LL << 32, TROUPE_FIELD(cache.max_entries)));
-  v.push_back(integer_key("cache.max_bytes", hot, 1, 1LL << 50, TROUPE_FIELD(cache.max_bytes)));
-  v.push_back(integer_key("cache.max_question_bytes", hot, 1, 16 * mib, TROUPE_FIELD(cache.max_question_bytes)));
-  v.push_back(bool_key("cache.semantic_for_truncated", hot, TROUPE_FIELD(cache.semantic_for_truncated)));
-  v.push_back(bool_key("cache.lexical_guards", hot, TROUPE_FIELD(cache.lexical_guards)));
-  v.push_back(integer_key("cache.exact_max_entries", hot, 1, 1LL << 32, TROUPE_FIELD(cache.exact_max_entries)));
-  v.push_back(string_key("cache.path", restart, true, {}, TROUPE_FIELD(cache.path)));
-  v.push_back(bool_key("cache.sync_writes", restart, TROUPE_FIELD(cache.sync_writes)));
-  v.push_back(string_key("cache.embedder", restart, true, {}, TROUPE_FIELD(cache.embedder)));
-  v.push_back(string_key("cache.embedder_options.model_dir", restart, false, {}, TROUPE_FIELD(cache.embedder_model_dir)));
-  v.push_back(integer_key("cache.embedder_options.threads", restart, 0, 1024, TROUPE_FIELD(cache.embedder_threads)));
-  v.push_back(integer_key("cache.embedder_options.max_tokens", restart, 1, 8192, TROUPE_FIELD(cache.embedder_max_tokens)));
+  v.push_back(cache_enabled_key());
+  v.push_back(string_key("cache.policy", hot_cache, true, {}, TROUPE_FIELD(pipeline.cache.policy)));
+  v.push_back(number_key("cache.threshold", hot_cache, 0.0, 1.0, TROUPE_FIELD(pipeline.cache.semantic.threshold)));
+  v.push_back(integer_key("cache.ttl_s", hot_cache, 0, 100LL * 365 * 86400, TROUPE_FIELD(pipeline.cache.semantic.ttl_s)));
+  v.push_back(integer_key("cache.max_entries", hot_cache, 1, 1LL << 32, TROUPE_FIELD(pipeline.cache.semantic.max_entries)));
+  v.push_back(integer_key("cache.max_bytes", hot_cache, 1, 1LL << 50, TROUPE_FIELD(pipeline.cache.semantic.max_bytes)));
+  v.push_back(integer_key("cache.max_question_bytes", hot_cache, 1, 16 * mib,
+                          TROUPE_FIELD(pipeline.cache.semantic.max_question_bytes)));
+  v.push_back(bool_key("cache.semantic_for_truncated", hot_cache, TROUPE_FIELD(pipeline.cache.semantic.semantic_for_truncated)));
+  v.push_back(bool_key("cache.lexical_guards", hot_cache, TROUPE_FIELD(pipeline.cache.semantic.lexical_guards)));
+  v.push_back(integer_key("cache.exact_max_entries", hot_cache, 1, 1LL << 32, TROUPE_FIELD(pipeline.cache.exact.max_entries)));
+  v.push_back(string_key("cache.path", restart, true, {}, TROUPE_FIELD(pipeline.cache.semantic.path)));
+  v.push_back(bool_key("cache.sync_writes", restart, TROUPE_FIELD(pipeline.cache.semantic.sync_writes)));
+  v.push_back(string_key("cache.embedder", restart, true, {}, TROUPE_FIELD(pipeline.cache.semantic.embedder)));
+  v.push_back(string_key("cache.embedder_options.model_dir", restart, false, {},
+                         TROUPE_FIELD(pipeline.cache.semantic.embedder_opts.model_dir)));
+  v.push_back(integer_key("cache.embedder_options.threads", restart, 0, 1024,
+                          TROUPE_FIELD(pipeline.cache.semantic.embedder_opts.n_threads)));
+  v.push_back(integer_key("cache.embedder_options.max_tokens", restart, 1, 8192,
+                          TROUPE_FIELD(pipeline.cache.semantic.embedder_opts.max_tokens)));
   v.push_back(string_key("cache.embedder_options.weights", restart, true, {"f32", "f16", "q8_0"},
-                         TROUPE_FIELD(cache.embedder_weights)));
-  v.push_back(integer_key("cache.embedder_options.dimension", restart, 1, 65536, TROUPE_FIELD(cache.embedder_dimension)));
-  v.push_back(integer_key("cache.index.flat_limit", restart, 0, 1LL << 32, TROUPE_FIELD(cache.index_flat_limit)));
-  v.push_back(integer_key("cache.index.hnsw_m", restart, 2, 256, TROUPE_FIELD(cache.index_hnsw_m)));
-  v.push_back(integer_key("cache.index.ef_construction", restart, 1, 10000, TROUPE_FIELD(cache.index_ef_construction)));
-  v.push_back(integer_key("cache.index.ef_search", restart, 1, 10000, TROUPE_FIELD(cache.index_ef_search)));
+                         TROUPE_FIELD(pipeline.cache.semantic.embedder_opts.weights)));
+  v.push_back(integer_key("cache.embedder_options.dimension", restart, 1, 65536,
+                          TROUPE_FIELD(pipeline.cache.semantic.embedder_opts.dimension)));
+  v.push_back(integer_key("cache.index.flat_limit", restart, 0, 1LL << 32, TROUPE_FIELD(pipeline.cache.semantic.index.flat_limit)));
+  v.push_back(integer_key("cache.index.hnsw_m", restart, 2, 256, TROUPE_FIELD(pipeline.cache.semantic.index.hnsw_m)));
+  v.push_back(integer_key("cache.index.ef_construction", restart, 1, 10000,
+                          TROUPE_FIELD(pipeline.cache.semantic.index.ef_construction)));
+  v.push_back(integer_key("cache.index.ef_search", restart, 1, 10000, TROUPE_FIELD(pipeline.cache.semantic.index.ef_search)));
 
-  v.push_back(integer_key("streamer.buffer_tokens", restart, 0, mib, TROUPE_FIELD(streamer.buffer_tokens)));
+  v.push_back(integer_key("streamer.buffer_tokens", restart, 0, mib, TROUPE_FIELD(pipeline.streamer.buffer_tokens)));
   v.push_back(integer_key("streamer.slow_consumer_timeout_ms", restart, 1, day_ms,
-                          TROUPE_FIELD(streamer.slow_consumer_timeout_ms)));
+                          TROUPE_FIELD(pipeline.streamer.slow_consumer_timeout_ms)));
   v.push_back(filters_key());
 
   v.push_back(api_keys_key());
-  v.push_back(string_key("auth.admin_token", restart, false, {}, TROUPE_FIELD(auth.admin_token), true));
+  v.push_back(string_key("auth.admin_token", restart, false, {}, TROUPE_FIELD(server.admin_token), true));
 
-  v.push_back(string_key("logging.level", hot, true, {"trace", "debug", "info", "warn", "error", "critical", "off"},
+  v.push_back(string_key("logging.level", hot_no_stage, true, {"trace", "debug", "info", "warn", "error", "critical", "off"},
                          TROUPE_FIELD(logging.level)));
 
-  v.push_back(integer_key("supervisor.step_timeout_ms", restart, 1, day_ms, TROUPE_FIELD(supervisor.step_timeout_ms)));
-  v.push_back(integer_key("supervisor.startup_timeout_ms", restart, 1, day_ms, TROUPE_FIELD(supervisor.startup_timeout_ms)));
-  v.push_back(integer_key("supervisor.max_restarts", restart, 0, 1000000, TROUPE_FIELD(supervisor.max_restarts)));
-  v.push_back(integer_key("supervisor.restart_window_ms", restart, 1, day_ms, TROUPE_FIELD(supervisor.restart_window_ms)));
+  v.push_back(integer_key("supervisor.step_timeout_ms", restart, 1, day_ms, TROUPE_FIELD(pipeline.step_timeout_ms)));
+  v.push_back(integer_key("supervisor.startup_timeout_ms", restart, 1, day_ms, TROUPE_FIELD(pipeline.startup_timeout_ms)));
+  v.push_back(integer_key("supervisor.max_restarts", restart, 0, 1000000, TROUPE_FIELD(pipeline.max_restarts)));
+  v.push_back(integer_key("supervisor.restart_window_ms", restart, 1, day_ms, TROUPE_FIELD(pipeline.restart_window_ms)));
   return v;
 }
 
@@ -524,8 +627,9 @@ const std::vector<config_key>& config_keys() {
   static const std::vector<config_key> keys = [] {
     std::vector<config_key> out;
     for (const auto& s : detail::schema()) {
-      out.push_back({s.key, s.reload});
-      for (const auto& e : s.entries) out.push_back({s.key + (e.rfind("[]", 0) == 0 ? "" : ".") + e, s.reload});
+      out.push_back({s.key, s.reload, s.stage});
+      for (const auto& e : s.entries)
+        out.push_back({s.key + (e.rfind("[]", 0) == 0 ? "" : ".") + e, s.reload, s.stage});
     }
     return out;
   }();
@@ -555,16 +659,30 @@ bool key_matches(const std::string& pattern, const std::string& key) {
   return true;
 }
 
-reload_kind reload_of(const std::string& key) {
-  // The schema key that is `key` or holds it ("admission.tenants" holds
-  // "admission.tenants.alice.tokens_per_s"; "auth.api_keys" holds "auth.api_keys[1].key").
+namespace {
+
+// The schema key that is `key` or holds it ("admission.tenants" holds
+// "admission.tenants.alice.tokens_per_s"; "auth.api_keys" holds "auth.api_keys[1].key").
+const detail::key_spec* holder_of(const std::string& key) {
   for (const auto& s : detail::schema()) {
-    if (key == s.key) return s.reload;
+    if (key == s.key) return &s;
     if (key.size() > s.key.size() && key.compare(0, s.key.size(), s.key) == 0 &&
         (key[s.key.size()] == '.' || key[s.key.size()] == '['))
-      return s.reload;
+      return &s;
   }
-  return reload_kind::restart;
+  return nullptr;
+}
+
+}  // namespace
+
+reload_kind reload_of(const std::string& key) {
+  const auto* s = holder_of(key);
+  return s ? s->reload : reload_kind::restart;
+}
+
+std::string stage_of(const std::string& key) {
+  const auto* s = holder_of(key);
+  return s && s->reload == reload_kind::hot ? s->stage : std::string();
 }
 
 }  // namespace troupe::config

@@ -1,7 +1,8 @@
 #pragma once
-// The keys of the config file, without TOML in sight: each key's full name and whether a change
-// to it can be applied while serving (hot) or needs a restart. The table behind it
-// (config_schema.cpp) also reads and writes every key; config/reference.toml documents them.
+// The keys of the config file, without TOML in sight: each key's full name, whether a change
+// to it can be applied while serving (hot) or needs a restart, and which pipeline stage a hot
+// change replaces. The table behind it (config_schema.cpp) also reads and writes every key;
+// config/reference.toml documents them.
 //
 // Key names: sections and keys joined by dots ("scheduler.max_num_seqs"). In names of keys
 // that take user-chosen names, "*" stands for any one name ("admission.tenants.*.tokens_per_s")
@@ -21,6 +22,7 @@ const char* to_string(reload_kind r);
 struct config_key {
   std::string key;
   reload_kind reload = reload_kind::restart;
+  std::string stage;  // hot keys: the pipeline stage a change replaces (see stage_of)
 };
 
 // Every key, in the order of config/reference.toml. Keys that hold a table or an array of
@@ -31,6 +33,11 @@ const std::vector<config_key>& config_keys();
 // How a change to `key` (a concrete key such as "admission.tenants.alice.tokens_per_s") is
 // applied; restart for a key the schema does not have.
 reload_kind reload_of(const std::string& key);
+
+// The pipeline stage ("admission", "cache", "scheduler", "streamer") that a change to `key`
+// replaces while serving; "" for restart keys and for hot keys no stage holds (logging.level,
+// admission.max_prompt_tokens, which nothing reads yet).
+std::string stage_of(const std::string& key);
 
 // Whether a concrete key matches a key of config_keys() ("*" matches one name).
 bool key_matches(const std::string& pattern, const std::string& key);

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "actors/client.hpp"
-#include "actors/pipeline.hpp"
+#include "actors/supervisor/pipeline.hpp"
 #include "actors/runtime.hpp"
-#include "actors/scheduling_policy.hpp"
+#include "actors/scheduler/policy.hpp"
 #include "model/llama_model.hpp"
 
 using namespace troupe;
@@ -30,15 +30,19 @@ class newest_first final : public scheduling_policy {
   }
 };
 
-// Registered at startup; a second policy with this name would stop the program here.
-register_policy reg("newest_first", [](const policy_options& o) -> result<std::unique_ptr<scheduling_policy>> {
+result<std::unique_ptr<scheduling_policy>> make_newest_first(const policy_options& o) {
   if (auto s = check_policy_keys("newest_first", o, {}); !s) return make_error(s.error());
   return std::unique_ptr<scheduling_policy>(new newest_first);
-});
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Registered before any pipeline starts; a name already taken stops the program here.
+  if (auto s = scheduling_policy_registry().add("newest_first", make_newest_first); !s) {
+    std::fprintf(stderr, "%s\n", s.error().c_str());
+    return 1;
+  }
   const std::string path = argc > 1 ? argv[1] : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   auto m = model::llama_model::load(path);
   if (!m) {

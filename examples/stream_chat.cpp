@@ -6,7 +6,7 @@
 #include <string>
 
 #include "actors/client.hpp"
-#include "actors/pipeline.hpp"
+#include "actors/supervisor/pipeline.hpp"
 #include "actors/runtime.hpp"
 #include "model/llama_model.hpp"
 

@@ -167,7 +167,6 @@ struct cuda_backend::impl {
   status upload_matrices(const std::vector<const weight_view*>& parts, dev_array<uint16_t>& dst);
   status upload_vec(const float* src, int64_t n, dev_array<float>& dst);
   status load_weights();
-  status validate(const model::batch& b) const;
   status gemm(const uint16_t* w, int n_out, int n_in, const uint16_t* x, int T, float* y, float beta);
   status linear(step_buffers& sb, const uint16_t* w, int n_out, int n_in, const uint16_t* x, int T, float* y,
                 bool accumulate);
@@ -249,28 +248,6 @@ status cuda_backend::impl::load_weights() {
     if (s = upload_matrices({&L.wo}, D.wo); !s) return s;
     if (s = upload_matrices({&L.w_gate, &L.w_up}, D.wgu); !s) return s;
     if (s = upload_matrices({&L.w_down}, D.wdown); !s) return s;
-  }
-  return {};
-}
-
-// Same checks, in the same words, as the cpu backend.
-status cuda_backend::impl::validate(const model::batch& b) const {
-  const auto& p = hp();
-  for (const auto& s : b.seqs) {
-    const std::string who = "sequence " + std::to_string(s.seq_id) + ": ";
-    if (s.tokens.empty()) return make_error(who + "no tokens in this step");
-    if (s.n_past < 0) return make_error(who + "negative n_past");
-    const int64_t end = static_cast<int64_t>(s.n_past) + static_cast<int64_t>(s.tokens.size());
-    if (end > p.n_ctx_train)
-      return make_error(who + "position " + std::to_string(end) + " exceeds the model context of " +
-                        std::to_string(p.n_ctx_train) + " tokens");
-    if (static_cast<int64_t>(s.block_table.size()) * block_size < end)
-      return make_error(who + "block table covers " + std::to_string(s.block_table.size() * block_size) +
-                        " positions, step needs " + std::to_string(end));
-    for (auto blk : s.block_table)
-      if (blk < 0 || blk >= n_blocks) return make_error(who + "block id " + std::to_string(blk) + " out of range");
-    for (auto t : s.tokens)
-      if (t < 0 || t >= p.n_vocab) return make_error(who + "token id " + std::to_string(t) + " out of range");
   }
   return {};
 }
@@ -477,7 +454,7 @@ result<std::vector<model::token_logprob>> cuda_backend::forward_sampled(const mo
 result<model::batch_logits> cuda_backend::run_step(const model::batch& b, bool copy_logits) {
   auto& I = *impl_;
   const auto t0 = std::chrono::steady_clock::now();
-  if (auto s = I.validate(b); !s) return make_error(s.error());
+  if (auto s = model::validate_batch(b, *this); !s) return make_error(s.error());
   if (auto s = I.use_device(); !s) return make_error(s.error());
   const auto& p = I.hp();
   model::batch_logits out;
@@ -652,14 +629,6 @@ model::backend_factory cuda_backend_factory() {
   };
 }
 
-}  // namespace troupe::gpu
+status add_cuda_backend(named_registry<model::backend_factory>& r) { return r.add("cuda", cuda_backend_factory()); }
 
-// Registration: a static initializer in a static library is dropped by the linker unless its
-// object file is pulled in, so gpu/CMakeLists.txt makes every user of troupe_gpu reference
-// this anchor (-Wl,--undefined).
-extern "C" {
-int troupe_cuda_backend_anchor = 0;
-}
-namespace {
-const troupe::model::register_backend register_cuda("cuda", troupe::gpu::cuda_backend_factory());
-}
+}  // namespace troupe::gpu

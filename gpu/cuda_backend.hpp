@@ -83,6 +83,10 @@ class cuda_backend : public model::backend {
 
 // The factory registered as "cuda" (options from cuda_options defaults and TROUPE_CUDA_GRAPHS).
 model::backend_factory cuda_backend_factory();
+// Registers it as "cuda" (normally in model::backend_registry()). Called explicitly by the programs
+// that link troupe_gpu (troupe's main, the GPU check, gpu_tests) before they make a backend; an
+// error when the name is taken.
+status add_cuda_backend(named_registry<model::backend_factory>& r);
 
 // Decode batch-size buckets for graphs: 1, 2, 4, ..., 256. Returns 0 above 256.
 int decode_bucket(int n_seqs);

@@ -296,6 +296,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (auto s = gpu::add_cuda_backend(model::backend_registry()); !s) {
+    std::fprintf(stderr, "%s\n", s.error().c_str());
+    return 2;
+  }
   const auto dev = gpu::query_devices();
   std::printf("devices: %s\n", dev.summary.c_str());
   if (dev.count == 0 && against == "cuda") return 2;

@@ -3,7 +3,8 @@
 // (arch_llama.cpp, arch_qwen2.cpp), how its GGUF is laid out and which variant of the
 // transformer block it uses; nothing else switches on the kind.
 #include <string>
-#include <vector>
+
+#include "common/named_registry.hpp"
 
 namespace troupe::model {
 
@@ -18,12 +19,10 @@ struct architecture {
   bool qkv_bias = false;        // Q/K/V projections carry biases (qwen2)
 };
 
-// Returns nullptr when no architecture of that name is known.
-const architecture* find_architecture(const std::string& name);
-std::vector<std::string> architecture_names();
+// The architectures by name, holding every one below from its first use.
+named_registry<architecture>& architecture_registry();
 
-// One function per file; architecture.cpp lists them (static registration would be dropped by
-// the linker from a static library).
+// One function per file; architecture_registry() lists them.
 architecture arch_llama();
 architecture arch_qwen2();
 

@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "common/named_registry.hpp"
+#include "common/result.hpp"
 #include "model/llama_model.hpp"
-#include "model/result.hpp"
 #include "model/sampler.hpp"
 
 namespace troupe::model {
@@ -96,15 +97,22 @@ class backend {
 using backend_factory =
     std::function<result<std::unique_ptr<backend>>(std::shared_ptr<llama_model>, const backend_options&)>;
 
-// Backends register by name ("cpu", "cuda"); an unknown name gives an error listing the known ones.
-struct register_backend {
-  register_backend(const std::string& name, backend_factory f);
-};
+// The process-wide registry of backends, holding "cpu" from its first use. The cuda backend
+// lives in another library (gpu/): the program that links it adds it
+// (gpu::add_cuda_backend(backend_registry())) before it makes a backend.
+named_registry<backend_factory>& backend_registry();
+// backend_registry().make(name, m, o): the backend, or an error listing the known names.
 result<std::unique_ptr<backend>> make_backend(const std::string& name, std::shared_ptr<llama_model> m,
                                               const backend_options& o);
 std::vector<std::string> backend_names();
 
-// Defined in cpu_backend.cpp.
-backend_factory cpu_backend_factory();
+// Adds "cpu" (defined in cpu_backend.cpp); backend_registry() calls it.
+void add_cpu_backend(named_registry<backend_factory>& r);
+
+// Checks a step against what `be` holds (its model's context and vocabulary, its KV blocks): a
+// sequence without tokens, a negative n_past, a position past the context, a block table too
+// short or naming a block out of range, a token id out of range. Every backend's forward() calls
+// it first, so that all of them refuse the same batches in the same words.
+status validate_batch(const batch& b, const backend& be);
 
 }  // namespace troupe::model

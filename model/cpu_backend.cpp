@@ -10,9 +10,7 @@
 
 namespace troupe::model {
 
-backend_factory cpu_backend_factory() {
-  return [](std::shared_ptr<llama_model> m, const backend_options& o) { return cpu_backend::create(std::move(m), o); };
-}
+void add_cpu_backend(named_registry<backend_factory>& r) { r.add("cpu", cpu_backend::create); }
 
 namespace {
 
@@ -116,27 +114,6 @@ kv_layer_view cpu_backend::layer_view(int layer) {
   return v;
 }
 
-status cpu_backend::validate(const batch& b) const {
-  const auto& hp = model_->params();
-  for (const auto& s : b.seqs) {
-    const std::string who = "sequence " + std::to_string(s.seq_id) + ": ";
-    if (s.tokens.empty()) return make_error(who + "no tokens in this step");
-    if (s.n_past < 0) return make_error(who + "negative n_past");
-    const int64_t end = static_cast<int64_t>(s.n_past) + static_cast<int64_t>(s.tokens.size());
-    if (end > hp.n_ctx_train)
-      return make_error(who + "position " + std::to_string(end) + " exceeds the model context of " +
-                        std::to_string(hp.n_ctx_train) + " tokens");
-    if (static_cast<int64_t>(s.block_table.size()) * block_size_ < end)
-      return make_error(who + "block table covers " + std::to_string(s.block_table.size() * block_size_) +
-                        " positions, step needs " + std::to_string(end));
-    for (auto blk : s.block_table)
-      if (blk < 0 || blk >= n_blocks_) return make_error(who + "block id " + std::to_string(blk) + " out of range");
-    for (auto t : s.tokens)
-      if (t < 0 || t >= hp.n_vocab) return make_error(who + "token id " + std::to_string(t) + " out of range");
-  }
-  return {};
-}
-
 void cpu_backend::for_each_row(int64_t n, const std::function<void(int64_t i)>& fn) {
   if (n <= 1) {
     for (int64_t i = 0; i < n; ++i) fn(i);
@@ -146,7 +123,7 @@ void cpu_backend::for_each_row(int64_t n, const std::function<void(int64_t i)>& 
 }
 
 result<batch_logits> cpu_backend::forward(const batch& b) {
-  if (auto s = validate(b); !s) return make_error(s.error());
+  if (auto s = validate_batch(b, *this); !s) return make_error(s.error());
   const auto& hp = model_->params();
   const int64_t T = b.n_tokens();
   const int ne = hp.n_embd, nq = hp.n_q_dim(), nkv = hp.n_kv_dim(), nff = hp.n_ff, hd = hp.head_dim;

@@ -33,7 +33,6 @@ class cpu_backend final : public backend {
 
  private:
   cpu_backend(std::shared_ptr<llama_model> m, const backend_options& o, int32_t n_blocks);
-  status validate(const batch& b) const;
   kv_layer_view layer_view(int layer);
   void pack_matrices();
 

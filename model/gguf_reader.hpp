@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/ggml_type.hpp"
-#include "model/result.hpp"
+#include "common/result.hpp"
 
 namespace troupe::model {
 

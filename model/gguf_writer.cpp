@@ -3,48 +3,38 @@
 #include <cstring>
 #include <fstream>
 
+#include "common/bytes.hpp"
+
 namespace troupe::model {
 
 namespace {
 
-struct sink {
-  std::vector<uint8_t> out;
-  template <class T>
-  void put(T v) {
-    auto p = reinterpret_cast<const uint8_t*>(&v);
-    out.insert(out.end(), p, p + sizeof(T));
-  }
-  void put_string(const std::string& s) {
-    put<uint64_t>(s.size());
-    out.insert(out.end(), s.begin(), s.end());
-  }
-  void put_value(const gguf_value& v, bool with_type) {
-    if (with_type) put<uint32_t>(static_cast<uint32_t>(v.type));
-    switch (v.type) {
-      case gguf_value_type::u8: put<uint8_t>(static_cast<uint8_t>(v.as_int())); break;
-      case gguf_value_type::i8: put<int8_t>(static_cast<int8_t>(v.as_int())); break;
-      case gguf_value_type::u16: put<uint16_t>(static_cast<uint16_t>(v.as_int())); break;
-      case gguf_value_type::i16: put<int16_t>(static_cast<int16_t>(v.as_int())); break;
-      case gguf_value_type::u32: put<uint32_t>(static_cast<uint32_t>(v.as_int())); break;
-      case gguf_value_type::i32: put<int32_t>(static_cast<int32_t>(v.as_int())); break;
-      case gguf_value_type::u64: put<uint64_t>(static_cast<uint64_t>(v.as_int())); break;
-      case gguf_value_type::i64: put<int64_t>(v.as_int()); break;
-      case gguf_value_type::f32: put<float>(static_cast<float>(v.as_double())); break;
-      case gguf_value_type::f64: put<double>(v.as_double()); break;
-      case gguf_value_type::boolean: put<uint8_t>(std::get<bool>(v.v) ? 1 : 0); break;
-      case gguf_value_type::string: put_string(v.as_string()); break;
-      case gguf_value_type::array: {
-        put<uint32_t>(static_cast<uint32_t>(v.array_type));
-        put<uint64_t>(v.as_array().size());
-        for (const auto& e : v.as_array()) put_value(e, false);
-        break;
-      }
+// GGUF writes string lengths and counts as 64 bits.
+using sink = byte_writer<uint64_t, std::vector<uint8_t>>;
+
+void put_value(sink& s, const gguf_value& v, bool with_type) {
+  if (with_type) s.raw<uint32_t>(static_cast<uint32_t>(v.type));
+  switch (v.type) {
+    case gguf_value_type::u8: s.raw<uint8_t>(static_cast<uint8_t>(v.as_int())); break;
+    case gguf_value_type::i8: s.raw<int8_t>(static_cast<int8_t>(v.as_int())); break;
+    case gguf_value_type::u16: s.raw<uint16_t>(static_cast<uint16_t>(v.as_int())); break;
+    case gguf_value_type::i16: s.raw<int16_t>(static_cast<int16_t>(v.as_int())); break;
+    case gguf_value_type::u32: s.raw<uint32_t>(static_cast<uint32_t>(v.as_int())); break;
+    case gguf_value_type::i32: s.raw<int32_t>(static_cast<int32_t>(v.as_int())); break;
+    case gguf_value_type::u64: s.raw<uint64_t>(static_cast<uint64_t>(v.as_int())); break;
+    case gguf_value_type::i64: s.raw<int64_t>(v.as_int()); break;
+    case gguf_value_type::f32: s.raw<float>(static_cast<float>(v.as_double())); break;
+    case gguf_value_type::f64: s.raw<double>(v.as_double()); break;
+    case gguf_value_type::boolean: s.raw<uint8_t>(std::get<bool>(v.v) ? 1 : 0); break;
+    case gguf_value_type::string: s.str(v.as_string()); break;
+    case gguf_value_type::array: {
+      s.raw<uint32_t>(static_cast<uint32_t>(v.array_type));
+      s.raw<uint64_t>(v.as_array().size());
+      for (const auto& e : v.as_array()) put_value(s, e, false);
+      break;
     }
   }
-  void pad_to(size_t align) {
-    while (out.size() % align) out.push_back(0);
-  }
-};
+}
 
 gguf_value scalar(gguf_value_type t, uint64_t u) {
   gguf_value v;
@@ -142,29 +132,29 @@ void gguf_writer::set_alignment(uint32_t a) {
 
 std::vector<uint8_t> gguf_writer::to_bytes() const {
   sink s;
-  s.put<uint32_t>(0x46554747);
-  s.put<uint32_t>(3);
-  s.put<uint64_t>(tensors_.size());
-  s.put<uint64_t>(kv_.size());
+  s.raw<uint32_t>(0x46554747);
+  s.raw<uint32_t>(3);
+  s.raw<uint64_t>(tensors_.size());
+  s.raw<uint64_t>(kv_.size());
   for (const auto& [k, v] : kv_) {
-    s.put_string(k);
-    s.put_value(v, true);
+    s.str(k);
+    put_value(s, v, true);
   }
   uint64_t offset = 0;
   for (const auto& t : tensors_) {
-    s.put_string(t.name);
-    s.put<uint32_t>(static_cast<uint32_t>(t.dims.size()));
-    for (auto d : t.dims) s.put<uint64_t>(static_cast<uint64_t>(d));
-    s.put<uint32_t>(static_cast<uint32_t>(t.type));
-    s.put<uint64_t>(offset);
+    s.str(t.name);
+    s.raw<uint32_t>(static_cast<uint32_t>(t.dims.size()));
+    for (auto d : t.dims) s.raw<uint64_t>(static_cast<uint64_t>(d));
+    s.raw<uint32_t>(static_cast<uint32_t>(t.type));
+    s.raw<uint64_t>(offset);
     offset += (t.data.size() + alignment_ - 1) / alignment_ * alignment_;
   }
   s.pad_to(alignment_);
   for (size_t i = 0; i < tensors_.size(); ++i) {
-    s.out.insert(s.out.end(), tensors_[i].data.begin(), tensors_[i].data.end());
+    s.append(tensors_[i].data.data(), tensors_[i].data.size());
     if (i + 1 < tensors_.size()) s.pad_to(alignment_);  // no padding after the last tensor
   }
-  return s.out;
+  return s.take();
 }
 
 status gguf_writer::write(const std::string& path) const {

@@ -7,7 +7,7 @@
 
 #include "model/ggml_type.hpp"
 #include "model/gguf_reader.hpp"
-#include "model/result.hpp"
+#include "common/result.hpp"
 
 namespace troupe::model {
 

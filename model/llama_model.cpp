@@ -102,10 +102,10 @@ result<std::shared_ptr<llama_model>> llama_model::load(std::shared_ptr<gguf_file
   auto arch = f.get_string("general.architecture");
   if (!arch) return make_error(f.path() + ": " + arch.error());
   hp.arch = arch.value();
-  const auto* a = find_architecture(hp.arch);
+  const auto a = architecture_registry().find(hp.arch);
   if (!a)
     return make_error(f.path() + ": unsupported architecture '" + hp.arch + "' (supported: " +
-                      join(architecture_names()) + ")");
+                      join(architecture_registry().names()) + ")");
   hp.rope = a->rope;
   hp.qkv_bias = a->qkv_bias;
   hp.name = f.get_string_or("general.name", hp.arch);

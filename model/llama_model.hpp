@@ -8,7 +8,7 @@
 #include "model/architecture.hpp"
 #include "model/gguf_reader.hpp"
 #include "model/matmul.hpp"
-#include "model/result.hpp"
+#include "common/result.hpp"
 
 namespace troupe::model {
 

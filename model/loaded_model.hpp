@@ -7,7 +7,7 @@
 
 #include "model/chat_template.hpp"
 #include "model/llama_model.hpp"
-#include "model/result.hpp"
+#include "common/result.hpp"
 #include "model/tokenizer.hpp"
 
 namespace troupe::model {

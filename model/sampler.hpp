@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/result.hpp"
+#include "common/result.hpp"
 
 namespace troupe::model {
 

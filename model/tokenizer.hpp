@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/result.hpp"
+#include "common/result.hpp"
 
 namespace troupe::model {
 

@@ -35,6 +35,20 @@ void metrics::count_request(const std::string& endpoint, const std::string& stat
   ++requests_[{endpoint, status}];
 }
 
+void request_recorder::record(const actors::event& e, std::chrono::steady_clock::time_point now) {
+  if (std::holds_alternative<actors::token_event>(e)) {
+    m_->add_tokens(1);
+    if (last_token_ != std::chrono::steady_clock::time_point{})
+      m_->inter_token.observe(std::chrono::duration<double>(now - last_token_).count());
+    last_token_ = now;
+  } else if (auto* d = std::get_if<actors::done_event>(&e)) {
+    m_->ttft.observe(d->timings.ttft_ms / 1000.0);
+    m_->e2e.observe(d->timings.total_ms / 1000.0);
+    m_->add_prompt_tokens(d->usage.prompt_tokens, d->usage.cached_prompt_tokens);
+    if (d->cached) m_->add_cache_hit();
+  }
+}
+
 std::string metrics::render(const std::string& extra) const {
   std::string out;
   out += "# HELP troupe_requests_total Finished requests by endpoint and status (HTTP status, finish reason or error code).\n";

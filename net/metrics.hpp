@@ -3,10 +3,13 @@
 // updated from I/O threads; rendered on GET /metrics.
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <map>
 #include <string>
+
+#include "actors/request.hpp"
 
 namespace troupe::net {
 
@@ -52,6 +55,21 @@ class metrics {
   std::atomic<uint64_t> prefix_hit_tokens_{0};
   std::atomic<int64_t> ws_open_{0};
   std::atomic<int64_t> http_open_{0};
+};
+
+// What one request adds to the metrics as its events arrive, the same for HTTP and WebSocket:
+// each token and the gap since the one before, then at its end the time to first token, the
+// end-to-end latency, its prompt tokens and whether the response cache answered it. (Counting
+// it in troupe_requests_total is the session's: HTTP counts a status, WebSocket the finish
+// reason or error code.) One per request; not thread-safe, as a request's events come in order.
+class request_recorder {
+ public:
+  explicit request_recorder(metrics& m) : m_(&m) {}
+  void record(const actors::event& e, std::chrono::steady_clock::time_point now);
+
+ private:
+  metrics* m_;
+  std::chrono::steady_clock::time_point last_token_{};
 };
 
 }  // namespace troupe::net

@@ -22,9 +22,12 @@
 #include <string_view>
 #include <utility>
 
-#include "net/inference.hpp"
-
 namespace troupe::net {
+
+// Cancels the stream's request; safe to call from any thread, more than once, after the end.
+using cancel_fn = std::function<void()>;
+// Acknowledges n token events of the stream's request (their frames were written out).
+using ack_fn = std::function<void(int32_t n)>;
 
 // Takes one encoded frame for a connection (posts it to that connection's strand); `written`
 // (may be empty) is to be called once the frame is on the socket.

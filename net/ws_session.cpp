@@ -11,9 +11,9 @@
 #include <map>
 #include <memory>
 
-#include "net/api.hpp"
 #include "net/auth.hpp"
 #include "net/detail/server_context.hpp"
+#include "net/ws_protocol.hpp"
 
 namespace troupe::net::detail {
 
@@ -122,21 +122,15 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     auto& met = ctx_.met;
     const auto window = ctx_.opts.resume_window;
     const std::string id = f.id;
-    auto last = std::make_shared<std::chrono::steady_clock::time_point>();
-    // Runs on pipeline threads: records into the stream (which forwards to whoever is attached).
-    auto on_event = [rec, id, &met, window, last, hold](const event& e) {
+    // Runs on pipeline threads, one event at a time: records into the stream (which forwards to
+    // whoever is attached).
+    auto on_event = [rec, id, &met, recorder = request_recorder(met), window,
+                     hold](const actors::event& e) mutable {
       const auto now = std::chrono::steady_clock::now();
+      recorder.record(e, now);
       if (auto* t = std::get_if<actors::token_event>(&e)) {
-        met.add_tokens(1);
-        if (*last != std::chrono::steady_clock::time_point{})
-          met.inter_token.observe(std::chrono::duration<double>(now - *last).count());
-        *last = now;
         rec->add_token(t->index, token_frame(id, t->index, t->text));
       } else if (auto* d = std::get_if<actors::done_event>(&e)) {
-        met.ttft.observe(d->timings.ttft_ms / 1000.0);
-        met.e2e.observe(d->timings.total_ms / 1000.0);
-        met.add_prompt_tokens(d->usage.prompt_tokens, d->usage.cached_prompt_tokens);
-        if (d->cached) met.add_cache_hit();
         met.count_request("ws", d->finish_reason);
         rec->finish(done_frame(id, *d), now, window, std::move(*hold));
       } else {
@@ -147,9 +141,11 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     };
     // Manual acks: a token counts as consumed once its frame is written (stream_record), so a
     // reader that falls behind pauses its streams at the streamer.
-    auto sub = ctx_.inf.submit(std::move(f.spec), std::move(on_event), /*manual_ack=*/true);
-    rec->set_cancel(std::move(sub.cancel));
-    rec->set_ack(std::move(sub.ack));
+    const auto request = ctx_.inf.submit(std::move(f.spec), std::move(on_event), actors::ack_mode::manual);
+    // Every cancel of this stream (a cancel frame, a closed socket, a slow reader, an expired
+    // window) goes through the record to the request's handle.
+    rec->set_cancel([request] { request.cancel(); });
+    rec->set_ack([request](int32_t n) { request.ack(n); });
   }
 
   // Only a stream this socket started or resumed (and still holds) can be cancelled from it.

@@ -1,6 +1,7 @@
 #pragma once
 // The schema table behind config_schema.hpp, with its TOML side: for each key, how it is read
-// (type, range, allowed values) into a troupe_config and written back. The loader, to_toml and
+// (type, range, allowed values) into the field of troupe_config that holds it (a field of the
+// struct the code reads) and written back. The loader, to_toml and
 // config_diff all walk this one table, so a key added here is parsed, printed and diffed.
 #include <functional>
 #include <map>
@@ -55,6 +56,9 @@ class reader {
 struct key_spec {
   std::string key;
   reload_kind reload = reload_kind::restart;
+  // A hot key's pipeline stage, replaced when the key changes ("admission", "cache",
+  // "scheduler", "streamer"); empty for keys no stage holds (logging.level).
+  std::string stage;
   // For keys holding user-named entries: the entries' keys, relative ("*.tokens_per_s",
   // "[].name"), for documentation checks.
   std::vector<std::string> entries;

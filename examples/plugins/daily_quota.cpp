@@ -1,4 +1,4 @@
-// Shows: a custom admission actor built as a plugin (actors/admission_gate.hpp), with state that
+// Shows: a custom admission actor built as a plugin (actors/admission/gate.hpp), with state that
 // survives restarts: a daily token quota per tenant. A request reserves prompt + max_tokens of
 // its tenant's quota when it is admitted; when its stream closes, the reservation gives way to
 // what it used (prompt and generated tokens), and the day's use goes to a file, replaced whole
@@ -31,7 +31,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/plugin_api.hpp"
+#include "actors/plugins/plugin_api.hpp"
 #include "actors/request.hpp"
 
 namespace {

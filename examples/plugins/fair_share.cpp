@@ -21,7 +21,7 @@
 #include <memory>
 #include <string>
 
-#include "actors/plugin_api.hpp"
+#include "actors/plugins/plugin_api.hpp"
 
 namespace {
 

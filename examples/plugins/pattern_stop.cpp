@@ -1,4 +1,4 @@
-// Shows: a stream filter built as an actor (actors/filter_actor.hpp): it ends a stream when a
+// Shows: a stream filter built as an actor (actors/streamer/filters/filter_actor.hpp): it ends a stream when a
 // regular expression matches its text, before any of the matching text goes out. Tokens bring
 // text a few bytes at a time, so the actor holds the last `window` bytes of each stream back: a
 // match of up to that many bytes is seen whole before any of it is released. The text before the
@@ -20,7 +20,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/plugin_api.hpp"
+#include "actors/plugins/plugin_api.hpp"
 #include "actors/request.hpp"
 
 namespace {

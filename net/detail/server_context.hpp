@@ -1,5 +1,6 @@
 #pragma once
-// Shared by the Beast translation units (server.cpp, ws_session.cpp): what every session needs.
+// Shared by the Beast translation units (server.cpp, http_session.cpp, ws_session.cpp): what
+// every session needs, and how one session hands a connection to the next.
 #include <atomic>
 #include <memory>
 
@@ -36,6 +37,9 @@ struct server_context {
     return std::shared_ptr<void>(nullptr, [this](void*) { in_flight.fetch_sub(1); });
   }
 };
+
+// Takes over an accepted connection (the listener calls it).
+void start_http_session(server_context& ctx, boost::asio::ip::tcp::socket socket);
 
 // Takes over an upgraded connection. `owner` is the API key (resumption is per key), `tenant`
 // the admission tenant; `authed` is false when keys are configured and the upgrade request

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "config/config_loader.hpp"
 
 namespace troupe::config {
@@ -20,17 +22,17 @@ TEST(ConfigDiff, EqualConfigsHaveNoChanges) {
 
 TEST(ConfigDiff, HotChangesAreTheSwappableOnes) {
   troupe_config a, b;
-  b.admission.policy = "fair_share";
-  b.admission.max_pending = 10;
-  b.admission.tenants["alice"].tokens_per_s = 100;
-  b.scheduler.policy = "sjf";
-  b.scheduler.policy_options["aging_tokens_per_s"] = 8;
-  b.scheduler.max_num_seqs = 4;
-  b.scheduler.max_batched_tokens = 64;
-  b.cache.policy = "exact";
-  b.cache.threshold = 0.8f;
-  b.cache.ttl_s = 60;
-  b.streamer.filters.push_back({"redact", {}});
+  b.pipeline.admission.policy = "fair_share";
+  b.pipeline.admission.max_pending = 10;
+  b.pipeline.admission.tenants["alice"].tokens_per_s = 100;
+  b.pipeline.scheduler.policy = "sjf";
+  b.pipeline.scheduler.policy_opts.values["aging_tokens_per_s"] = 8;
+  b.pipeline.scheduler.max_num_seqs = 4;
+  b.pipeline.scheduler.max_batched_tokens = 64;
+  b.pipeline.cache.policy = "exact";
+  b.pipeline.cache.semantic.threshold = 0.8f;
+  b.pipeline.cache.semantic.ttl_s = 60;
+  b.pipeline.streamer.filters.push_back({"redact", {}});
   b.logging.level = "debug";
   const auto d = config_diff(a, b);
   for (const char* k : {"admission.policy", "admission.max_pending", "admission.tenants.alice.tokens_per_s",
@@ -51,13 +53,37 @@ TEST(ConfigDiff, HotChangesAreTheSwappableOnes) {
   EXPECT_EQ(alice->new_value, "100.0");
 }
 
+// What a reload replaces is decided here, from the diff: each hot key names its stage.
+TEST(ConfigDiff, HotChangesNameTheStagesToReplace) {
+  troupe_config a;
+  EXPECT_TRUE(stages_to_replace(config_diff(a, a)).empty());  // an unchanged config replaces nothing
+  troupe_config b = a;
+  b.pipeline.scheduler.max_num_seqs = 4;
+  EXPECT_EQ(stages_to_replace(config_diff(a, b)), std::set<std::string>{"scheduler"});
+  b.pipeline.admission.tenants["alice"].tokens_per_s = 100;
+  b.pipeline.cache.semantic.lexical_guards = false;
+  b.pipeline.streamer.filters.push_back({"redact", {}});
+  EXPECT_EQ(stages_to_replace(config_diff(a, b)),
+            (std::set<std::string>{"admission", "cache", "scheduler", "streamer"}));
+  // Hot keys no stage holds, and restart keys, replace nothing.
+  troupe_config c = a;
+  c.logging.level = "debug";
+  c.pipeline.admission.max_prompt_tokens = 100;  // read by nothing yet
+  c.pipeline.cache.semantic.path = "elsewhere";
+  c.pipeline.streamer.buffer_tokens = 1;
+  EXPECT_TRUE(stages_to_replace(config_diff(a, c)).empty());
+  EXPECT_EQ(stage_of("admission.tenants.bob.token_burst"), "admission");
+  EXPECT_EQ(stage_of("streamer.filters"), "streamer");
+  EXPECT_EQ(stage_of("cache.path"), "");
+}
+
 TEST(ConfigDiff, RestartChangesAreReportedAsSuch) {
   troupe_config a, b;
   b.model.path = "models/other.gguf";
   b.server.port = 9000;
   b.server.host = "0.0.0.0";
-  b.kv.memory_mib = 1024;
-  b.cache.embedder = "hashed_ngrams";
+  b.backend.kv_bytes = int64_t{1024} << 20;  // kv.memory_mib = 1024
+  b.pipeline.cache.semantic.embedder = "hashed_ngrams";
   b.plugins.push_back("libx.so");
   const auto d = config_diff(a, b);
   ASSERT_EQ(d.size(), 6u);
@@ -71,8 +97,9 @@ TEST(ConfigDiff, RestartChangesAreReportedAsSuch) {
 
 TEST(ConfigDiff, SecretsChangeWithoutShowingTheirValues) {
   troupe_config a, b;
-  b.auth.admin_token = "s3cret";
-  b.auth.api_keys.push_back({"sk-live", "t"});
+  b.server.admin_token = "s3cret";
+  b.server.api_keys.push_back("sk-live");
+  b.server.api_key_tenants.push_back("t");
   const auto d = config_diff(a, b);
   ASSERT_EQ(d.size(), 2u);
   for (const auto& c : d) {
@@ -80,7 +107,7 @@ TEST(ConfigDiff, SecretsChangeWithoutShowingTheirValues) {
     EXPECT_EQ(c.new_value.find("sk-live"), std::string::npos);
   }
   troupe_config c = b;
-  c.auth.api_keys[0].key = "sk-other";  // only the (redacted) key differs
+  c.server.api_keys[0] = "sk-other";  // only the (redacted) key differs
   ASSERT_EQ(config_diff(b, c).size(), 1u);
   EXPECT_EQ(config_diff(b, c)[0].key, "auth.api_keys");
 }
@@ -91,21 +118,22 @@ TEST(ConfigToml, RoundTripsAConfigWithEveryKindOfValue) {
   c.server.host = "::1";
   c.server.port = 0;
   c.model.name = "smol \"quoted\"";
-  c.kv.f32 = true;
-  c.scheduler.policy = "sjf";
-  c.scheduler.policy_options["aging_tokens_per_s"] = 12.5;
-  c.admission.default_tenant.requests_per_s = 3;
-  c.admission.tenants["team-a"].token_burst = 5000;
-  c.admission.tenants["b"].requests_per_s = 0.25;
-  c.cache.threshold = 0.87f;
-  c.cache.policy = "exact";
-  c.streamer.filters.push_back({"redact", {{"words", std::vector<std::string>{"x", "y"}}, {"on", true},
+  c.backend.kv_f32 = true;
+  c.pipeline.scheduler.policy = "sjf";
+  c.pipeline.scheduler.policy_opts.values["aging_tokens_per_s"] = 12.5;
+  c.pipeline.admission.default_tenant.requests_per_s = 3;
+  c.pipeline.admission.tenants["team-a"].token_burst = 5000;
+  c.pipeline.admission.tenants["b"].requests_per_s = 0.25;
+  c.pipeline.cache.semantic.threshold = 0.87f;
+  c.pipeline.cache.policy = "exact";
+  c.pipeline.streamer.filters.push_back({"redact", {{"words", std::vector<std::string>{"x", "y"}}, {"on", true},
                                            {"n", int64_t{3}}, {"f", 0.5}, {"s", std::string("z")}}});
-  c.streamer.filters.push_back({"stop_on", {}});
-  c.auth.api_keys = {{"k1", "team-a"}, {"k2", ""}};
-  c.auth.admin_token = "admin";
+  c.pipeline.streamer.filters.push_back({"stop_on", {}});
+  c.server.api_keys = {"k1", "k2"};
+  c.server.api_key_tenants = {"team-a", ""};
+  c.server.admin_token = "admin";
   c.logging.level = "warn";
-  c.supervisor.max_restarts = 0;
+  c.pipeline.max_restarts = 0;
 
   config_registries r = config_registries::global();
   r.filters = [] { return std::vector<std::string>{"redact", "stop_on"}; };
@@ -116,8 +144,9 @@ TEST(ConfigToml, RoundTripsAConfigWithEveryKindOfValue) {
   const auto d = config_diff(c, back.value());
   for (const auto& x : d) ADD_FAILURE() << x.key << ": " << x.old_value << " -> " << x.new_value;
   EXPECT_EQ(to_toml(back.value()), text);
-  EXPECT_EQ(back->auth.api_keys, c.auth.api_keys);
-  EXPECT_EQ(back->streamer.filters, c.streamer.filters);
+  EXPECT_EQ(back->server.api_keys, c.server.api_keys);
+  EXPECT_EQ(back->server.api_key_tenants, c.server.api_key_tenants);
+  EXPECT_EQ(back->pipeline.streamer.filters, c.pipeline.streamer.filters);
   EXPECT_NE(text.find("threshold = 0.87\n"), std::string::npos) << text;
 
   // The defaults round-trip too.
@@ -128,8 +157,9 @@ TEST(ConfigToml, RoundTripsAConfigWithEveryKindOfValue) {
 
 TEST(ConfigToml, RedactsSecretsForTheAdminEndpoint) {
   troupe_config c;
-  c.auth.api_keys = {{"sk-live-123", "t"}};
-  c.auth.admin_token = "admin-456";
+  c.server.api_keys = {"sk-live-123"};
+  c.server.api_key_tenants = {"t"};
+  c.server.admin_token = "admin-456";
   const std::string text = to_toml(c, secrets::redact);
   EXPECT_EQ(text.find("sk-live-123"), std::string::npos);
   EXPECT_EQ(text.find("admin-456"), std::string::npos);

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "actors/scheduling_policy.hpp"
+#include "actors/scheduler/policy.hpp"
 #include "config/config_diff.hpp"
 #include "config/serve_flags.hpp"
 
@@ -33,15 +33,15 @@ TEST(ConfigLoader, EmptyFileGivesTheDefaultsOfTheEngineStructs) {
   EXPECT_TRUE(config_diff(troupe_config{}, c.value()).empty());
   EXPECT_EQ(c->server.host, "127.0.0.1");
   EXPECT_EQ(c->server.port, 8080);
-  EXPECT_EQ(c->server.resume_window_s, 60);
+  EXPECT_EQ(c->server.resume_window, std::chrono::seconds(60));
   EXPECT_EQ(c->model.backend, "cpu");
-  EXPECT_EQ(c->kv.memory_mib, 256);
-  EXPECT_EQ(c->scheduler.policy, "fcfs");
-  EXPECT_EQ(c->scheduler.max_num_seqs, 64);  // serve's default, not the bare pipeline's 32
-  EXPECT_EQ(c->admission.max_pending, 256);
-  EXPECT_TRUE(c->cache.enabled);
-  EXPECT_EQ(c->cache.policy, "semantic");
-  EXPECT_FLOAT_EQ(c->cache.threshold, 0.90f);
+  EXPECT_EQ(c->backend.kv_bytes, int64_t{256} << 20);  // kv.memory_mib
+  EXPECT_EQ(c->pipeline.scheduler.policy, "fcfs");
+  EXPECT_EQ(c->pipeline.scheduler.max_num_seqs, 64);  // serve's default, not the bare pipeline's 32
+  EXPECT_EQ(c->pipeline.admission.max_pending, 256);
+  EXPECT_TRUE(c->pipeline.cache.enabled);
+  EXPECT_EQ(c->pipeline.cache.policy, "semantic");
+  EXPECT_FLOAT_EQ(c->pipeline.cache.semantic.threshold, 0.90f);
   EXPECT_EQ(c->logging.level, "info");
 }
 
@@ -76,16 +76,16 @@ level = "debug"
   EXPECT_EQ(c->plugins, std::vector<std::string>{"libx.so"});
   EXPECT_EQ(c->server.host, "0.0.0.0");
   EXPECT_EQ(c->server.port, 9000);
-  EXPECT_EQ(c->scheduler.policy, "sjf");
-  EXPECT_EQ(c->scheduler.max_num_seqs, 8);
-  EXPECT_DOUBLE_EQ(c->scheduler.policy_options.at("aging_tokens_per_s"), 10.0);  // an integer where a number goes
-  EXPECT_EQ(c->admission.max_pending, 12);
-  EXPECT_DOUBLE_EQ(c->admission.default_tenant.tokens_per_s, 100.0);
-  EXPECT_DOUBLE_EQ(c->admission.tenants.at("alice").requests_per_s, 2.5);
-  EXPECT_DOUBLE_EQ(c->admission.tenants.at("alice").tokens_per_s, 0.0);
-  EXPECT_FLOAT_EQ(c->cache.threshold, 0.85f);
-  ASSERT_EQ(c->auth.api_keys.size(), 1u);
-  EXPECT_EQ(c->auth.api_keys[0].tenant, "alice");
+  EXPECT_EQ(c->pipeline.scheduler.policy, "sjf");
+  EXPECT_EQ(c->pipeline.scheduler.max_num_seqs, 8);
+  EXPECT_DOUBLE_EQ(c->pipeline.scheduler.policy_opts.values.at("aging_tokens_per_s"), 10.0);  // an integer where a number goes
+  EXPECT_EQ(c->pipeline.admission.max_pending, 12);
+  EXPECT_DOUBLE_EQ(c->pipeline.admission.default_tenant.tokens_per_s, 100.0);
+  EXPECT_DOUBLE_EQ(c->pipeline.admission.tenants.at("alice").requests_per_s, 2.5);
+  EXPECT_DOUBLE_EQ(c->pipeline.admission.tenants.at("alice").tokens_per_s, 0.0);
+  EXPECT_FLOAT_EQ(c->pipeline.cache.semantic.threshold, 0.85f);
+  ASSERT_EQ(c->server.api_keys.size(), 1u);
+  EXPECT_EQ(c->server.api_key_tenants[0], "alice");
   EXPECT_EQ(c->logging.level, "debug");
 }
 
@@ -151,7 +151,7 @@ TEST(ConfigLoader, EveryErrorIsReportedOneALine) {
 
 TEST(ConfigLoader, UnknownNamesListTheRegisteredOnes) {
   std::string policies;
-  for (const auto& n : actors::policy_registry::global().names()) policies += (policies.empty() ? "" : ", ") + n;
+  for (const auto& n : actors::scheduling_policy_registry().names()) policies += (policies.empty() ? "" : ", ") + n;
   EXPECT_TRUE(has(policies, "fcfs, priority, sjf, static"));
   EXPECT_TRUE(has(error_of("[scheduler]\npolicy = \"fcsf\"\n"),
                   "t.toml:2:10: scheduler.policy: unknown scheduling policy 'fcsf' (known: " + policies +
@@ -183,8 +183,8 @@ options = { words = ["a", "b"], stop = true, limit = 3, ratio = 0.5, with = "x" 
 )",
                         "t.toml", {}, r);
   ASSERT_TRUE(c.ok()) << c.error();
-  ASSERT_EQ(c->streamer.filters.size(), 1u);
-  const auto& o = c->streamer.filters[0].options;
+  ASSERT_EQ(c->pipeline.streamer.filters.size(), 1u);
+  const auto& o = c->pipeline.streamer.filters[0].options;
   EXPECT_EQ(std::get<std::vector<std::string>>(o.at("words")), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(std::get<bool>(o.at("stop")), true);
   EXPECT_EQ(std::get<int64_t>(o.at("limit")), 3);
@@ -194,7 +194,7 @@ options = { words = ["a", "b"], stop = true, limit = 3, ratio = 0.5, with = "x" 
   // unchecked(): any name (a first read, before plugins register theirs).
   auto u = parse_config("[scheduler]\npolicy = \"from_a_plugin\"\n", "t.toml", {}, config_registries::unchecked());
   ASSERT_TRUE(u.ok()) << u.error();
-  EXPECT_EQ(u->scheduler.policy, "from_a_plugin");
+  EXPECT_EQ(u->pipeline.scheduler.policy, "from_a_plugin");
 }
 
 TEST(ConfigLoader, KeysThatMustAgree) {
@@ -216,7 +216,7 @@ TEST(ConfigOverrides, SetAppliesAfterTheFileAndNamesItselfInErrors) {
   ASSERT_TRUE(s.ok());
   auto c = parse_config(file, "t.toml", {s.value()});
   ASSERT_TRUE(c.ok()) << c.error();
-  EXPECT_EQ(c->scheduler.max_num_seqs, 16);
+  EXPECT_EQ(c->pipeline.scheduler.max_num_seqs, 16);
 
   // A value that is not TOML is a string.
   auto p = parse_config("", "t.toml", {parse_set("model.path=models/x.gguf").value()});
@@ -227,8 +227,8 @@ TEST(ConfigOverrides, SetAppliesAfterTheFileAndNamesItselfInErrors) {
   auto t = parse_config("[admission.tenants.a]\nrequests_per_s = 1\n", "t.toml",
                         {parse_set("admission.tenants.a.tokens_per_s=50").value()});
   ASSERT_TRUE(t.ok()) << t.error();
-  EXPECT_DOUBLE_EQ(t->admission.tenants.at("a").requests_per_s, 1);
-  EXPECT_DOUBLE_EQ(t->admission.tenants.at("a").tokens_per_s, 50);
+  EXPECT_DOUBLE_EQ(t->pipeline.admission.tenants.at("a").requests_per_s, 1);
+  EXPECT_DOUBLE_EQ(t->pipeline.admission.tenants.at("a").tokens_per_s, 50);
 
   EXPECT_TRUE(has(error_of(file, {parse_set("scheduler.max_num_seqs=lots").value()}),
                   "--set scheduler.max_num_seqs=lots: scheduler.max_num_seqs: expected an integer, got a string"));
@@ -253,16 +253,16 @@ TEST(ConfigOverrides, FlagsOverrideTheFileAndSetOverridesFlags) {
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_EQ(c->server.host, "::1");
   EXPECT_EQ(c->server.port, 9000);
-  EXPECT_EQ(c->scheduler.max_num_seqs, 20);
-  EXPECT_EQ(c->kv.memory_mib, 64);  // no flag given: the file's value stays
-  EXPECT_FALSE(c->cache.enabled);
-  ASSERT_EQ(c->auth.api_keys.size(), 2u);
-  EXPECT_EQ(c->auth.api_keys[0].key, "k\"1");
+  EXPECT_EQ(c->pipeline.scheduler.max_num_seqs, 20);
+  EXPECT_EQ(c->backend.kv_bytes, int64_t{64} << 20);  // kv.memory_mib: no flag given, the file's value stays
+  EXPECT_FALSE(c->pipeline.cache.enabled);
+  ASSERT_EQ(c->server.api_keys.size(), 2u);
+  EXPECT_EQ(c->server.api_keys[0], "k\"1");
 
   // Without the --set, the flag wins over the file.
   auto only_flags = parse_config(file, "t.toml", flags.value());
   ASSERT_TRUE(only_flags.ok());
-  EXPECT_EQ(only_flags->scheduler.max_num_seqs, 12);
+  EXPECT_EQ(only_flags->pipeline.scheduler.max_num_seqs, 12);
 
   serve_flags bad;
   bad.listen = "localhost";

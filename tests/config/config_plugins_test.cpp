@@ -8,8 +8,8 @@
 
 #include <fstream>
 
-#include "actors/pipeline.hpp"
-#include "config/serve_config.hpp"
+#include "actors/supervisor/pipeline.hpp"
+#include "config/troupe_config.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace troupe::config {
@@ -66,8 +66,7 @@ options = { phrases = ["BEGIN PRIVATE KEY"] }
 )",
                         "t.toml");
   ASSERT_TRUE(c.ok()) << c.error();
-  actors::pipeline_config p;
-  apply_to(*c, p);
+  const actors::pipeline_config& p = c->pipeline;
   ASSERT_EQ(p.streamer.filters.size(), 2u);
   EXPECT_EQ(p.streamer.filters[0].name, "redact");
   EXPECT_EQ(std::get<std::string>(p.streamer.filters[0].options.at("replacement")), "***");
@@ -78,8 +77,8 @@ options = { phrases = ["BEGIN PRIVATE KEY"] }
   // Printed and read back: the same config.
   auto again = parse_config(to_toml(*c), "printed");
   ASSERT_TRUE(again.ok()) << again.error() << "\n" << to_toml(*c);
-  EXPECT_TRUE(again->streamer.filters == c->streamer.filters);
-  EXPECT_TRUE(again->admission.policy_options == c->admission.policy_options);
+  EXPECT_TRUE(again->pipeline.streamer.filters == c->pipeline.streamer.filters);
+  EXPECT_TRUE(again->pipeline.admission.policy_options == c->pipeline.admission.policy_options);
 }
 
 TEST(ConfigPlugins, AdmissionPolicyOptionsKeepTheirTypes) {
@@ -97,7 +96,7 @@ tenants = ["a", "b"]
 )",
                         "t.toml", {}, r);
   ASSERT_TRUE(c.ok()) << c.error();
-  const auto& o = c->admission.policy_options;
+  const auto& o = c->pipeline.admission.policy_options;
   EXPECT_EQ(std::get<std::string>(o.at("path")), "data/q.tsv");
   EXPECT_EQ(std::get<int64_t>(o.at("daily_tokens")), 100);
   EXPECT_EQ(std::get<double>(o.at("ratio")), 0.5);
@@ -105,7 +104,7 @@ tenants = ["a", "b"]
   EXPECT_EQ(std::get<std::vector<std::string>>(o.at("tenants")).size(), 2u);
   auto again = parse_config(to_toml(*c), "printed", {}, r);
   ASSERT_TRUE(again.ok()) << again.error();
-  EXPECT_TRUE(again->admission.policy_options == o);
+  EXPECT_TRUE(again->pipeline.admission.policy_options == o);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "config/config_diff.hpp"
 
 namespace troupe::config {
@@ -11,9 +13,9 @@ namespace {
 
 troupe_config running_config() {
   troupe_config c;
-  c.cache.enabled = false;
-  c.cache.path = "data/cache-a";
-  c.cache.embedder = "minilm";
+  c.pipeline.cache.enabled = false;
+  c.pipeline.cache.semantic.path = "data/cache-a";
+  c.pipeline.cache.semantic.embedder = "minilm";
   c.server.port = 8080;
   return c;
 }
@@ -25,25 +27,29 @@ TEST(ConfigReloader, AppliesHotKeysWithTheRestartOnlyOnesAtTheirRunningValues) {
   const troupe_config running = running_config();
   config_reloader reloader(running, "", "", {});
   troupe_config next = running;
-  next.cache.enabled = true;            // hot
-  next.cache.threshold = 0.8f;          // hot
-  next.cache.path = "data/cache-b";     // restart
-  next.cache.embedder = "hashed_ngrams";  // restart
-  next.server.port = 9999;              // restart
+  next.pipeline.cache.enabled = true;                       // hot
+  next.pipeline.cache.semantic.threshold = 0.8f;            // hot
+  next.pipeline.cache.semantic.path = "data/cache-b";       // restart
+  next.pipeline.cache.semantic.embedder = "hashed_ngrams";  // restart
+  next.server.port = 9999;                                  // restart
   troupe_config applied;
+  std::set<std::string> stages;
   int applies = 0;
-  const auto r = reloader.reload_from(next, [&](const troupe_config& c) -> result<std::vector<std::string>> {
+  const auto r = reloader.reload_from(next, [&](const troupe_config& c, const std::set<std::string>& s)
+                                                -> result<std::vector<std::string>> {
     applied = c;
+    stages = s;
     ++applies;
     return std::vector<std::string>{"cache"};
   });
   ASSERT_TRUE(r.ok) << r.error;
   ASSERT_EQ(applies, 1);
-  EXPECT_TRUE(applied.cache.enabled);
-  EXPECT_FLOAT_EQ(applied.cache.threshold, 0.8f);
-  EXPECT_EQ(applied.cache.path, "data/cache-a");
-  EXPECT_EQ(applied.cache.embedder, "minilm");
+  EXPECT_TRUE(applied.pipeline.cache.enabled);
+  EXPECT_FLOAT_EQ(applied.pipeline.cache.semantic.threshold, 0.8f);
+  EXPECT_EQ(applied.pipeline.cache.semantic.path, "data/cache-a");
+  EXPECT_EQ(applied.pipeline.cache.semantic.embedder, "minilm");
   EXPECT_EQ(applied.server.port, 8080);
+  EXPECT_EQ(stages, std::set<std::string>{"cache"});  // from the diff: only the cache's keys changed
   std::vector<std::string> restart;
   for (const auto& c : r.restart_needed) restart.push_back(c.key);
   EXPECT_EQ(restart, (std::vector<std::string>{"server.port", "cache.path", "cache.embedder"}));
@@ -52,10 +58,10 @@ TEST(ConfigReloader, AppliesHotKeysWithTheRestartOnlyOnesAtTheirRunningValues) {
 
 TEST(ConfigDiff, WithRestartKeysOfSplitsAReloadInTwo) {
   troupe_config a = running_config(), b = running_config();
-  b.scheduler.policy = "sjf";
-  b.admission.tenants["bob"].tokens_per_s = 5;
+  b.pipeline.scheduler.policy = "sjf";
+  b.pipeline.admission.tenants["bob"].tokens_per_s = 5;
   b.model.path = "models/other.gguf";
-  b.kv.memory_mib = 1024;
+  b.backend.kv_bytes = int64_t{1024} << 20;  // kv.memory_mib = 1024
   b.plugins.push_back("libx.so");
   const troupe_config now = with_restart_keys_of(a, b);
   for (const auto& c : config_diff(a, now)) EXPECT_EQ(c.reload, reload_kind::hot) << c.key;

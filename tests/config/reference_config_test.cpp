@@ -135,8 +135,8 @@ TEST(DefaultConfig, ServesTheDefaultModelWithTheCacheOn) {
   auto c = load_config(repo_file("config/troupe.toml"));
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_EQ(c->model.path, troupe_config{}.model.path);
-  EXPECT_TRUE(c->cache.enabled);
-  EXPECT_EQ(c->cache.policy, "semantic");
+  EXPECT_TRUE(c->pipeline.cache.enabled);
+  EXPECT_EQ(c->pipeline.cache.policy, "semantic");
 }
 
 TEST(DefaultConfig, IsFoundWithoutBeingNamed) {

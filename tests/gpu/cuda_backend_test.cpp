@@ -30,15 +30,24 @@ std::shared_ptr<model::llama_model> small_model(const std::string& arch = "llama
 
 bool have_device() { return gpu::query_devices().count > 0; }
 
+// What troupe's main does at startup: the program that links troupe_gpu adds the cuda backend to
+// the registry (once; a second add would be refused as a taken name).
+void add_cuda_backend_once() {
+  static const status added = gpu::add_cuda_backend(model::backend_registry());
+  ASSERT_TRUE(added.ok()) << added.error();
+}
+
 }  // namespace
 
 TEST(CudaBackend, IsRegistered) {
+  add_cuda_backend_once();
   const auto names = model::backend_names();
   EXPECT_NE(std::find(names.begin(), names.end(), "cuda"), names.end());
 }
 
 TEST(CudaBackend, WithoutDeviceFailsWithClearError) {
   if (have_device()) GTEST_SKIP() << "a CUDA device is present";
+  add_cuda_backend_once();
   auto r = model::make_backend("cuda", small_model(), {});
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().rfind("no CUDA device: ", 0), 0u) << r.error();
@@ -149,6 +158,7 @@ TEST(CudaBackend, DeviceSamplingMatchesHostSampler) {
 
 TEST(CudaBackend, BadBatchIsAnErrorValue) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  add_cuda_backend_once();
   auto cuda = model::make_backend("cuda", small_model(), {});
   ASSERT_TRUE(cuda) << cuda.error();
   model::batch b;

@@ -1,5 +1,5 @@
 // A plugin built for another ABI: troupe must refuse it before calling its entry point.
-#include "actors/plugin_api.hpp"
+#include "actors/plugins/plugin_api.hpp"
 
 extern "C" __attribute__((visibility("default"))) int troupe_plugin_abi_version() {
   return TROUPE_PLUGIN_ABI_VERSION + 41;

@@ -1,5 +1,5 @@
 // A plugin that registers a name the fair_share example plugin registers too.
-#include "actors/plugin_api.hpp"
+#include "actors/plugins/plugin_api.hpp"
 
 namespace {
 class lifo final : public troupe::actors::scheduling_policy {

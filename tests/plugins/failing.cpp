@@ -1,5 +1,5 @@
 // A plugin whose entry point fails and says why.
-#include "actors/plugin_api.hpp"
+#include "actors/plugins/plugin_api.hpp"
 
 TROUPE_PLUGIN_ABI()
 

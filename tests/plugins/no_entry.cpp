@@ -1,4 +1,4 @@
 // A library that says which ABI it has but defines no entry point.
-#include "actors/plugin_api.hpp"
+#include "actors/plugins/plugin_api.hpp"
 
 TROUPE_PLUGIN_ABI()

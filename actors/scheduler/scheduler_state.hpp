@@ -1,0 +1,158 @@
+#pragma once
+// The scheduler's decisions, without CAF: waiting and running sequences, the KV block manager,
+// and the two calls of the engine loop: plan() produces the next step as a plain value, apply()
+// takes the executor's result. Iteration-level continuous batching with chunked prefill under a
+// token budget, automatic prefix caching, preemption by recompute, and a policy object (chosen
+// by name) that orders the queues. The scheduler actor is a thin shell around this class.
+//
+// Pipelining: plan() may be called again while a step is in flight (up to
+// max_steps_in_flight). A sequence whose last sample is still in flight then feeds that
+// sample by reference (step_entry::feed_last_sample), so the executor never waits for the
+// scheduler between steps. A sequence that ends in step N may thus compute one wasted token in
+// step N+1; its blocks are freed at once, which is safe because the executor runs steps in order
+// and nothing reads a position before a later step writes it.
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "actors/request.hpp"
+#include "actors/scheduler/policy.hpp"
+#include "actors/scheduler/scheduler.hpp"
+#include "actors/scheduler/step.hpp"
+#include "model/kv_manager.hpp"
+
+namespace troupe::actors {
+
+class scheduler_state {
+ public:
+  scheduler_state(scheduler_config cfg, kv_geometry geo, std::unique_ptr<scheduling_policy> policy);
+
+  // Queues a request. One that can never fit the KV memory fails at once (see take_output).
+  void enqueue(admitted_request r, int64_t now_us);
+  // Forgets a request whose stream the streamer closed (cancel, stop string, slow consumer,
+  // consumer gone) and frees its blocks now. An id not seen yet is remembered for a minute, in
+  // case the request is still on its way from admission.
+  void drop(uint64_t id, int64_t now_us);
+  // Flow control from the streamer: a paused sequence keeps its KV but is not scheduled.
+  void pause(uint64_t id);
+  void resume(uint64_t id);
+
+  // The next step, or nothing when there is no work or enough steps are in flight.
+  std::optional<step_plan> plan(int64_t now_us);
+  // Takes the executor's answer for the oldest step in flight.
+  void apply(const step_result& r, int64_t now_us);
+  // The executor failed (or its step failed or timed out) and will be replaced, losing its KV
+  // memory: requests that started fail with `reason`; requests that had not started stay queued.
+  void reset_executor(const std::string& reason);
+  // Fails every request (there is no executor any more).
+  void fail_all(const std::string& code, const std::string& message);
+  // Ends requests whose deadline passed: queued ones fail (errc::deadline), started ones
+  // finish with finish::deadline.
+  void expire(int64_t now_us);
+
+  // Hot reload: another policy and budgets for the same sequences, KV blocks and queues (the
+  // scheduler actor that takes this state over calls it). Only between steps: with no step in
+  // flight. Running sequences keep their KV; padding members of a dense batch are released when
+  // the new policy does not pad. prefix_caching and the KV geometry stay as they are (they need
+  // a restart).
+  void reconfigure(scheduler_config cfg, std::unique_ptr<scheduling_policy> policy);
+
+  // Tokens and endings produced since the last call, for the streamer.
+  step_output take_output();
+
+  bool empty() const { return seqs_.empty(); }
+  int32_t steps_in_flight() const { return static_cast<int32_t>(inflight_.size()); }
+  bool can_plan() const { return steps_in_flight() < cfg_.max_steps_in_flight; }
+  scheduler_stats stats() const;
+  const model::kv_manager& kv() const { return kv_; }
+  const scheduler_config& config() const { return cfg_; }
+  const scheduling_policy& policy() const { return *policy_; }
+
+ private:
+  enum class phase { waiting, running };
+  struct seq {
+    admitted_request req;
+    std::vector<int32_t> tokens;     // prompt, then the generated tokens known so far
+    int32_t n_prompt = 0;
+    int32_t generated = 0;           // known generated tokens
+    int32_t pending_samples = 0;     // samples in flight
+    int32_t n_computed = 0;          // positions whose KV is written (current kv_epoch)
+    int32_t n_scheduled = 0;         // positions written or being written (current kv_epoch)
+    uint32_t kv_epoch = 0;           // bumped on preemption: in-flight KV writes stop counting
+    phase ph = phase::waiting;
+    bool has_kv = false;
+    bool paused = false;
+    bool started = false;            // was ever scheduled
+    bool pad = false;                // finished, but holding its slot in a dense batch
+    int32_t cached_prompt = 0;       // prompt tokens served by the prefix cache (first admission)
+    int64_t first_scheduled_us = 0;
+    int32_t preemptions = 0;
+  };
+  struct inflight_entry {
+    uint64_t id;
+    uint32_t kv_epoch;
+    int32_t n_fed;
+    bool sample;
+    bool pad;                        // padding of a dense batch
+  };
+  struct inflight_step {
+    uint64_t step;
+    std::vector<inflight_entry> entries;
+    int64_t planned_us = 0;
+  };
+  // A step being put together by plan().
+  struct draft {
+    std::vector<step_entry> entries;
+    std::unordered_set<uint64_t> ids;
+    std::unordered_set<uint64_t> pads;
+    int32_t budget = 0;
+  };
+
+  seq_view view(const seq& s) const;
+  void sort_by_policy(std::vector<uint64_t>& ids, int64_t now_us) const;
+  int32_t virtual_len(const seq& s) const { return static_cast<int32_t>(s.tokens.size()) + s.pending_samples; }
+  bool done_sampling(const seq& s) const { return s.generated + s.pending_samples >= s.req.max_tokens; }
+  step_entry make_entry(seq& s, int32_t n, int64_t now_us) const;
+  void unschedule(draft& d, uint64_t id);
+  void preempt(uint64_t id);
+  std::optional<uint64_t> kv_victim(const draft& d, uint64_t for_id) const;
+  std::optional<uint64_t> priority_victim(const seq& waiting, int64_t now_us) const;
+  void finish(uint64_t id, const std::string& reason);
+  void fail(uint64_t id, const std::string& code, const std::string& message);
+  void remove(uint64_t id);
+  void release_pads_if_batch_done();
+  step_entry make_pad_entry(const seq& s) const;
+  void take_sample(seq& s, const sampled_token& t);
+  // The policy's batch size limit, within [1, configured].
+  int32_t batch_limit() const {
+    return std::clamp(policy_->max_num_seqs(cfg_.max_num_seqs), 1, std::max(1, cfg_.max_num_seqs));
+  }
+  // Tells the policy how the answered step `rec` went (scheduling_policy::on_step).
+  void feed_back(const inflight_step& rec, const step_result& r, int64_t latency_us, int64_t now_us,
+                 std::map<std::string, int32_t> tenant_tokens);
+  int32_t blocks_for(int64_t n_tokens) const {
+    return static_cast<int32_t>((n_tokens + geo_.block_size - 1) / geo_.block_size);
+  }
+
+  scheduler_config cfg_;
+  kv_geometry geo_;
+  std::unique_ptr<scheduling_policy> policy_;
+  model::kv_manager kv_;
+  std::unordered_map<uint64_t, seq> seqs_;
+  std::vector<uint64_t> waiting_;
+  std::vector<uint64_t> running_;
+  std::deque<inflight_step> inflight_;
+  std::unordered_map<uint64_t, int64_t> tombstones_;  // dropped before they arrived: id -> when
+  uint64_t next_step_ = 1;
+  int64_t last_answer_us_ = 0;  // when the executor's last answer came (steps run one after another)
+  step_output out_;
+  scheduler_stats st_;
+};
+
+}  // namespace troupe::actors

@@ -1,0 +1,368 @@
+// The CAF side of `troupe serve`: the runtime, the pipeline and the in-process client behind
+// net::inference. No Beast here (see CAF-0.17-NOTES: Beast + CAF in one TU is slow to build).
+#include "app/serve/serve.hpp"
+
+#include <malloc.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "actors/client.hpp"
+#include "actors/supervisor/pipeline.hpp"
+#include "actors/runtime.hpp"
+#include "model/llama_model.hpp"
+#include "net/json_writer.hpp"
+#include "net/metrics.hpp"
+
+namespace troupe::app {
+
+namespace {
+
+std::string stem(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  std::string f = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (f.size() > 5 && f.compare(f.size() - 5, 5, ".gguf") == 0) f.resize(f.size() - 5);
+  return f;
+}
+
+// net::inference over a pipeline that is started in the background.
+class pipeline_inference : public net::inference {
+ public:
+  explicit pipeline_inference(std::string name) : name_(std::move(name)) {}
+
+  bool ready() const override { return ready_.load(); }
+  std::string model_name() const override { return name_; }
+
+  actors::request_handle submit(actors::request_spec spec, actors::event_handler on_event,
+                                actors::ack_mode acks) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!client_) {
+      lock.unlock();
+      on_event(actors::error_event{0, "loading", "the model is still loading; retry shortly", 5000});
+      return {};
+    }
+    return client_->submit(std::move(spec), std::move(on_event), acks);
+  }
+
+  std::string pipeline_metrics() const override {
+    std::string extra = extra_metrics_ ? extra_metrics_() : std::string();
+    std::lock_guard<std::mutex> lock(mu_);
+    return gauges_ + extra;
+  }
+
+  void admin(const std::string& action, std::function<void(admin_reply)> done) override {
+    if (!admin_) return net::inference::admin(action, std::move(done));
+    admin_(action, std::move(done));
+  }
+
+  void set_admin(std::function<void(const std::string&, std::function<void(admin_reply)>)> a,
+                 std::function<std::string()> extra_metrics) {
+    admin_ = std::move(a);
+    extra_metrics_ = std::move(extra_metrics);
+  }
+
+  // Blocks while the pipeline swaps actors (a scheduler hands over between two steps).
+  result<std::vector<std::string>> reconfigure(const actors::pipeline_config& next, const std::set<std::string>& stages) {
+    actors::pipeline* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      p = pipeline_.get();
+    }
+    if (!p) return make_error("the model is still loading; retry when /health says ok");
+    return p->reconfigure(next, stages);
+  }
+
+  std::string health_details() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return health_;
+  }
+
+  void set(std::unique_ptr<actors::pipeline> p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pipeline_ = std::move(p);
+    client_ = std::make_unique<actors::client>(*pipeline_);
+    ready_ = true;
+  }
+
+  // Blocking stats calls, kept off the I/O threads: a poller refreshes the gauges.
+  void refresh_gauges() {
+    actors::pipeline* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      p = pipeline_.get();
+    }
+    if (!p) return;
+    auto st = p->get_scheduler_stats(std::chrono::seconds(2));
+    if (!st) return;
+    // After a burst, hand the heap's freed pages back to the system once nothing runs: the
+    // allocator keeps them otherwise, and the server's memory would stay at its peak.
+    if (st->waiting > 0 || st->running > 0) {
+      busy_since_trim_ = true;
+    } else if (busy_since_trim_) {
+      busy_since_trim_ = false;
+      ::malloc_trim(0);
+    }
+    std::string g;
+    auto gauge = [&](const char* name, const char* help, int64_t v) {
+      g += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " +
+           std::to_string(v) + "\n";
+    };
+    gauge("troupe_waiting_sequences", "Sequences waiting to be scheduled.", st->waiting);
+    gauge("troupe_running_sequences", "Sequences holding KV memory.", st->running);
+    gauge("troupe_max_num_seqs", "Batch limit in force (the adaptive policy moves it).", st->max_num_seqs);
+    gauge("troupe_paused_sequences", "Running sequences paused because their reader fell behind (flow control).", st->paused);
+    gauge("troupe_kv_blocks_used", "KV blocks referenced by a sequence.", st->kv_blocks_used);
+    gauge("troupe_kv_blocks_total", "KV blocks in the pool.", st->kv_blocks_total);
+    g += "# HELP troupe_prefix_cache_hit_tokens_scheduler_total Prompt tokens reused from the prefix cache.\n"
+         "# TYPE troupe_prefix_cache_hit_tokens_scheduler_total counter\n"
+         "troupe_prefix_cache_hit_tokens_scheduler_total " + std::to_string(st->prefix_hit_tokens) + "\n";
+    std::string health;
+    if (auto cs = p->get_cache_stats(std::chrono::seconds(2))) {
+      g += "# HELP troupe_response_cache_lookups_total Response cache lookups.\n# TYPE troupe_response_cache_lookups_total counter\n"
+           "troupe_response_cache_lookups_total " + std::to_string(cs->lookups) + "\n";
+      g += "# HELP troupe_response_cache_hits_total Response cache hits.\n# TYPE troupe_response_cache_hits_total counter\n"
+           "troupe_response_cache_hits_total " + std::to_string(cs->hits) + "\n";
+      g += "# HELP troupe_response_cache_semantic_hits_total Response cache hits found by meaning (not the exact text).\n"
+           "# TYPE troupe_response_cache_semantic_hits_total counter\n"
+           "troupe_response_cache_semantic_hits_total " + std::to_string(cs->semantic_hits) + "\n";
+      gauge("troupe_response_cache_entries", "Answers held by the response cache.", cs->entries);
+      gauge("troupe_response_cache_enabled", "1 when the response cache serves lookups.", cs->enabled ? 1 : 0);
+      net::json_writer w;
+      w.key("cache").begin_object().field("enabled", cs->enabled).field("policy", cs->policy);
+      w.field("entries", cs->entries).field("lookups", cs->lookups).field("hits", cs->hits);
+      if (!cs->status.empty()) w.field("status", cs->status);
+      w.end_object();
+      health = w.take();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    gauges_ = std::move(g);
+    health_ = std::move(health);
+  }
+
+  void stop() {
+    std::unique_ptr<actors::client> c;
+    std::unique_ptr<actors::pipeline> p;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_ = false;
+      c = std::move(client_);
+      p = std::move(pipeline_);
+    }
+    c.reset();
+    if (p) p->stop();
+  }
+
+ private:
+  std::string name_;
+  std::atomic<bool> ready_{false};
+  mutable std::mutex mu_;
+  std::unique_ptr<actors::pipeline> pipeline_;
+  std::unique_ptr<actors::client> client_;
+  std::string gauges_;
+  std::string health_;
+  bool busy_since_trim_ = false;  // the poller thread's
+  std::function<void(const std::string&, std::function<void(admin_reply)>)> admin_;
+  std::function<std::string()> extra_metrics_;
+};
+
+}  // namespace
+
+struct serve_instance::impl {
+  serve_options opts;
+  actors::runtime rt;  // first: the actor system outlives everything that talks to it
+  net::metrics met;
+  pipeline_inference inf;
+  std::unique_ptr<net::server> srv;  // after the actor system (its io_context must go first)
+  std::thread loader;
+  std::thread poller;
+  std::vector<std::thread> admin_threads;  // one per admin action; joined at stop
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool load_done = false;
+  std::string load_error;
+  bool stopping = false;
+  bool stopped = false;
+
+  explicit impl(serve_options o) :
+      opts(std::move(o)), inf(opts.config.model.name.empty() ? stem(opts.config.model.path) : opts.config.model.name) {}
+
+  void load() {
+    std::string err;
+    const auto& conf = opts.config;
+    auto m = model::llama_model::load(conf.model.path);
+    if (!m) {
+      err = "cannot load " + conf.model.path + ": " + m.error();
+    } else {
+      auto cfg = conf.pipeline;
+      cfg.model_name = inf.model_name();
+      auto p = actors::pipeline::start(rt.system(), cfg, m.value(), conf.backend, conf.model.backend);
+      if (!p) err = "cannot start the pipeline: " + p.error();
+      else inf.set(std::move(p.value()));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    load_done = true;
+    load_error = err;
+    cv.notify_all();
+  }
+
+  void poll() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!stopping) {
+      lock.unlock();
+      inf.refresh_gauges();
+      lock.lock();
+      cv.wait_for(lock, std::chrono::seconds(2), [&] { return stopping; });
+    }
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopped) return;
+      stopped = stopping = true;
+      cv.notify_all();
+    }
+    if (loader.joinable()) loader.join();
+    if (poller.joinable()) poller.join();
+    std::vector<std::thread> admins;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      admins.swap(admin_threads);
+    }
+    for (auto& t : admins)
+      if (t.joinable()) t.join();
+    if (srv) srv->stop();  // no I/O thread runs from here on
+    inf.stop();            // then no pipeline thread calls into the sessions
+    srv.reset();
+  }
+};
+
+serve_instance::serve_instance(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
+
+serve_instance::~serve_instance() { stop(); }
+
+result<std::unique_ptr<serve_instance>> serve_instance::start(serve_options o) {
+  auto i = std::make_unique<impl>(std::move(o));
+  i->srv = std::make_unique<net::server>(i->opts.config.server, i->inf, i->met);
+  if (auto s = i->srv->start(); !s) return make_error(s.error());
+  auto* raw = i.get();
+  i->loader = std::thread([raw] { raw->load(); });
+  i->poller = std::thread([raw] { raw->poll(); });
+  std::unique_ptr<serve_instance> inst(new serve_instance(std::move(i)));
+  if (raw->opts.admin) {
+    auto* self = inst.get();
+    raw->inf.set_admin(
+        [raw, self](const std::string& action, std::function<void(net::inference::admin_reply)> done) {
+          std::lock_guard<std::mutex> lock(raw->mu);
+          if (raw->stopping) return done({503, R"({"error":{"message":"the server is stopping","code":"stopping"}})"});
+          raw->admin_threads.emplace_back([raw, self, action, done = std::move(done)] { done(raw->opts.admin(*self, action)); });
+        },
+        raw->opts.config_metrics);
+  } else if (raw->opts.config_metrics) {
+    raw->inf.set_admin({}, raw->opts.config_metrics);
+  }
+  return inst;
+}
+
+result<std::vector<std::string>> serve_instance::reconfigure(const actors::pipeline_config& next,
+                                                             const std::set<std::string>& stages) {
+  return impl_->inf.reconfigure(next, stages);
+}
+
+net::inference::admin_reply serve_instance::admin(const std::string& action) {
+  if (!impl_->opts.admin) return {404, "{}"};
+  return impl_->opts.admin(*this, action);
+}
+
+uint16_t serve_instance::port() const { return impl_->srv ? impl_->srv->port() : 0; }
+bool serve_instance::ready() const { return impl_->inf.ready(); }
+
+bool serve_instance::wait_ready(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  impl_->cv.wait_for(lock, timeout, [&] { return impl_->load_done; });
+  return impl_->load_done && impl_->load_error.empty();
+}
+
+std::string serve_instance::load_error() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->load_error;
+}
+
+void serve_instance::stop() {
+  if (impl_) impl_->stop();
+}
+
+void serve_instance::begin_drain() {
+  if (impl_ && impl_->srv) impl_->srv->begin_drain();
+}
+
+int64_t serve_instance::in_flight() const { return impl_ && impl_->srv ? impl_->srv->in_flight() : 0; }
+
+int run_serve(const serve_options& o) {
+  // Every thread started from here on inherits the mask; this thread takes the signals.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+
+  auto inst = serve_instance::start(o);
+  if (!inst) {
+    std::fprintf(stderr, "troupe serve: %s\n", inst.error().c_str());
+    return 1;
+  }
+  auto& s = *inst.value();
+  const std::string base = "http://" + o.config.server.host + ":" + std::to_string(s.port());
+  std::printf("troupe serve: listening on %s, loading %s ...\n", base.c_str(), o.config.model.path.c_str());
+  std::fflush(stdout);
+  bool announced = false;
+  for (;;) {
+    timespec ts{0, 200 * 1000 * 1000};
+    const int sig = sigtimedwait(&set, nullptr, &ts);
+    if (sig == SIGHUP) {
+      const auto r = s.admin("reload");
+      std::printf("troupe serve: SIGHUP: reload answered %d %s\n", r.status, r.body.c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    if (sig == SIGINT || sig == SIGTERM) {
+      // Graceful: stop taking requests, let the running ones finish within the grace period;
+      // a second signal (or the end of the period) stops at once.
+      s.begin_drain();
+      const auto grace = o.config.server.shutdown_grace;
+      std::printf("troupe serve: %s, shutting down: %lld running requests may finish within %lld s "
+                  "(signal again to stop now)\n",
+                  sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(s.in_flight()),
+                  static_cast<long long>(grace.count()));
+      std::fflush(stdout);
+      const auto deadline = std::chrono::steady_clock::now() + grace;
+      while (s.in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+        timespec tick{0, 50 * 1000 * 1000};
+        const int again = sigtimedwait(&set, nullptr, &tick);
+        if (again == SIGINT || again == SIGTERM) break;
+      }
+      if (s.in_flight() > 0)
+        std::printf("troupe serve: stopping with %lld requests still running\n", static_cast<long long>(s.in_flight()));
+      break;
+    }
+    if (!announced && s.wait_ready(std::chrono::milliseconds(0))) {
+      announced = true;
+      std::printf("troupe serve: model loaded; chat page at %s/ (API at %s/v1)\n", base.c_str(), base.c_str());
+      std::fflush(stdout);
+    } else if (!announced && !s.load_error().empty()) {
+      std::fprintf(stderr, "troupe serve: %s\n", s.load_error().c_str());
+      s.stop();
+      return 1;
+    }
+  }
+  s.stop();
+  std::printf("troupe serve: stopped\n");
+  return 0;
+}
+
+}  // namespace troupe::app

@@ -1,0 +1,69 @@
+#pragma once
+// The OpenAI-compatible HTTP API's codec, free of sockets and actors so that tests drive it
+// directly: requests (`/v1/chat/completions`, `/v1/completions`) parsed into a request_spec,
+// and their responses, SSE chunks, `/v1/models` and error bodies. (The WebSocket protocol is
+// ws_protocol.hpp.) Parsing uses simdjson; writing uses json_writer. A parse failure is an
+// api_error that names the field, with the HTTP status it maps to.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "actors/request.hpp"
+#include "net/api_error.hpp"
+
+namespace troupe::net {
+
+// The HTTP status and OpenAI error type for a pipeline error code (actors::errc, or "loading").
+api_error from_pipeline_error(const actors::error_event& e);
+
+// {"error":{"message":..,"type":..,"code":..,"param":..}}
+std::string error_json(const api_error& e);
+
+struct openai_request {
+  actors::request_spec spec;
+  std::string model;            // as the client wrote it (echoed back)
+  bool stream = false;
+  bool include_usage = false;   // stream_options.include_usage
+};
+
+struct parsed_openai {
+  std::optional<openai_request> request;
+  api_error error;  // when !request
+};
+
+// `chat`: /v1/chat/completions (needs `messages`); otherwise /v1/completions (needs `prompt`).
+parsed_openai parse_openai_request(std::string_view body, bool chat);
+
+struct completion_result {
+  std::string id;        // "chatcmpl-..." / "cmpl-..."
+  int64_t created = 0;   // unix seconds
+  std::string model;
+  std::string text;
+  std::string finish_reason;
+  actors::usage_info usage;
+};
+
+std::string chat_completion_json(const completion_result& r);
+std::string text_completion_json(const completion_result& r);
+
+// One SSE event: "data: <json>\n\n".
+std::string sse_event(std::string_view json);
+inline constexpr std::string_view sse_done = "data: [DONE]\n\n";
+
+// A streamed chunk. `role_only`: the first chat chunk, carrying {"role":"assistant"}.
+// A chunk with `finish_reason` set ends the choice; `usage` adds the usage object (and, for
+// the usage-only chunk OpenAI sends with include_usage, `choices` is empty when `no_choices`).
+struct chunk_spec {
+  std::string_view text;
+  bool role_only = false;
+  std::string_view finish_reason;
+  const actors::usage_info* usage = nullptr;
+  bool no_choices = false;
+};
+std::string chat_chunk_json(const completion_result& head, const chunk_spec& c);
+std::string text_chunk_json(const completion_result& head, const chunk_spec& c);
+
+std::string models_json(const std::string& model_name, int64_t created);
+
+}  // namespace troupe::net

@@ -1,0 +1,111 @@
+#include "net/ws_protocol.hpp"
+
+#include "net/detail/request_reader.hpp"
+#include "net/json_writer.hpp"
+
+namespace troupe::net {
+
+namespace dom = simdjson::dom;
+
+parsed_frame parse_client_frame(std::string_view text) {
+  parsed_frame out;
+  dom::object obj;
+  if (!detail::parse_object(text, obj, out.error)) return out;
+  detail::reader r{obj, std::nullopt, {}};
+  client_frame f;
+  // The id may be a string or an integer; it is echoed back as a string.
+  if (auto e = r.get("id")) {
+    if (e->is_string()) f.id = std::string(std::string_view(*e));
+    else if (e->is_int64()) f.id = std::to_string(int64_t(*e));
+    else if (e->is_uint64()) f.id = std::to_string(uint64_t(*e));
+    else r.wrong("id", "a string or an integer", *e);
+  }
+  out.id = f.id;
+  std::string type;
+  r.str("type", type);
+  if (r.err) {
+    out.error = *r.err;
+    return out;
+  }
+  auto need_id = [&] {
+    if (f.id.empty() && !r.err) r.err = bad_request("'" + type + "' needs an 'id'", "id");
+  };
+  if (type == "generate") {
+    f.type = frame_type::generate;
+    need_id();
+    detail::read_common(r, f.spec);
+    detail::read_messages(r, f.spec);
+    bool seen = false;
+    detail::read_prompt(r, f.spec, seen);
+    if (!r.err && f.spec.messages.empty() && !seen)
+      r.err = bad_request("'generate' needs 'messages' or 'prompt'", "messages");
+    if (!r.err && !f.spec.messages.empty() && seen)
+      r.err = bad_request("'generate' takes 'messages' or 'prompt', not both", "prompt");
+    r.str("resume_key", f.resume_key);
+    if (!r.err && r.get("resume_key") && (f.resume_key.size() < 16 || f.resume_key.size() > 256))
+      r.err = bad_request("'resume_key' must be 16 to 256 bytes (a secret only this client knows)", "resume_key");
+  } else if (type == "cancel") {
+    f.type = frame_type::cancel;
+    need_id();
+  } else if (type == "resume") {
+    f.type = frame_type::resume;
+    need_id();
+    r.integer("from_index", f.from_index);
+    if (!r.err && f.from_index < -1) r.err = bad_request("'from_index' must be -1 or more", "from_index");
+    r.str("resume_key", f.resume_key);
+    if (!r.err && f.resume_key.empty())
+      r.err = bad_request("'resume' needs the 'resume_key' its 'generate' gave", "resume_key");
+  } else if (type == "auth") {
+    f.type = frame_type::auth;
+    r.str("key", f.key);
+  } else if (type == "ping") {
+    f.type = frame_type::ping;
+  } else if (type.empty()) {
+    if (!r.err) r.err = bad_request("the frame needs a 'type'", "type", "unknown_type");
+  } else {
+    if (!r.err)
+      r.err = bad_request("unknown frame type '" + type + "' (expected generate, cancel, resume, auth or ping)", "type",
+                          "unknown_type");
+  }
+  if (r.err) {
+    out.error = *r.err;
+    return out;
+  }
+  out.frame = std::move(f);
+  return out;
+}
+
+std::string token_frame(std::string_view id, int32_t index, std::string_view text) {
+  json_writer w;
+  w.begin_object().field("type", "token").field("id", id).field("index", index).field("text", text).end_object();
+  return w.take();
+}
+
+std::string done_frame(std::string_view id, const actors::done_event& d) {
+  json_writer w;
+  w.begin_object().field("type", "done").field("id", id).field("finish_reason", d.finish_reason);
+  if (!d.text.empty()) w.field("text", d.text);
+  w.key("usage").begin_object();
+  w.field("prompt_tokens", d.usage.prompt_tokens).field("completion_tokens", d.usage.completion_tokens);
+  w.field("cached_prompt_tokens", d.usage.cached_prompt_tokens).end_object();
+  w.key("timings").begin_object();
+  w.field("queue_ms", d.timings.queue_ms).field("ttft_ms", d.timings.ttft_ms).field("total_ms", d.timings.total_ms);
+  w.field("preemptions", d.timings.preemptions).end_object();
+  w.field("cached", d.cached);
+  if (d.cached) w.field("similarity", d.similarity);
+  w.end_object();
+  return w.take();
+}
+
+std::string error_frame(std::string_view id, std::string_view code, std::string_view message) {
+  json_writer w;
+  w.begin_object().field("type", "error");
+  w.key("id");
+  if (id.empty()) w.null(); else w.value(id);
+  w.field("code", code).field("message", message).end_object();
+  return w.take();
+}
+
+std::string pong_frame() { return R"({"type":"pong"})"; }
+
+}  // namespace troupe::net

@@ -1,0 +1,42 @@
+#pragma once
+// The WebSocket protocol of /v1/ws (docs/protocol.md), free of sockets and actors so that tests
+// drive it directly: client frames (generate, cancel, resume, auth, ping) parsed, server frames
+// (token, done, error, pong) written. A `generate` takes the same fields as an OpenAI body and
+// is read by the same readers (detail/request_reader.hpp).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "actors/request.hpp"
+#include "net/api_error.hpp"
+
+namespace troupe::net {
+
+enum class frame_type { generate, cancel, resume, auth, ping };
+
+struct client_frame {
+  frame_type type = frame_type::generate;
+  std::string id;               // the client's request id (generate, cancel, resume)
+  actors::request_spec spec;    // generate
+  int64_t from_index = -1;      // resume: the last index the client saw (-1: from the start)
+  // generate: the client's secret for resuming this stream (none: it cannot be resumed);
+  // resume: the same secret.
+  std::string resume_key;
+  std::string key;              // auth
+};
+
+struct parsed_frame {
+  std::optional<client_frame> frame;
+  api_error error;
+  std::string id;  // the frame's id when it could be read, so the error frame can name it
+};
+
+parsed_frame parse_client_frame(std::string_view text);
+
+std::string token_frame(std::string_view id, int32_t index, std::string_view text);
+std::string done_frame(std::string_view id, const actors::done_event& d);
+std::string error_frame(std::string_view id, std::string_view code, std::string_view message);
+std::string pong_frame();
+
+}  // namespace troupe::net

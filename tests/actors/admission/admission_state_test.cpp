@@ -1,0 +1,145 @@
+// admission_state driven directly.
+#include "actors/admission/admission_state.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace troupe;
+using namespace troupe::actors;
+
+namespace {
+
+admission_config acfg() {
+  admission_config c;
+  c.model_name = "m";
+  c.n_ctx = 64;
+  c.n_vocab = 320;
+  c.max_tokens_cap = 32;
+  c.default_max_tokens = 16;
+  c.max_pending = 3;
+  return c;
+}
+
+request_spec spec(const std::string& prompt, int32_t max_tokens = 8) {
+  request_spec s;
+  s.prompt = prompt;
+  s.max_tokens = max_tokens;
+  return s;
+}
+
+}  // namespace
+
+TEST(admission_state, admits_and_tokenizes) {
+  admission_state a(acfg(), make_byte_codec());
+  auto d = a.admit(spec("hi there", 4), 100);
+  ASSERT_TRUE(d.ok) << d.error.message;
+  EXPECT_EQ(d.request.id, 1u);
+  EXPECT_EQ(d.request.prompt.size(), 8u);
+  EXPECT_EQ(d.request.max_tokens, 4);
+  EXPECT_EQ(d.request.eog, std::vector<int32_t>{256});
+  EXPECT_EQ(d.request.tenant, "default");
+  EXPECT_EQ(d.open.prompt_tokens, 8);
+  EXPECT_EQ(a.admit(spec("x"), 100).request.id, 2u);
+}
+
+TEST(admission_state, validation_errors_name_the_problem) {
+  admission_state a(acfg(), make_byte_codec());
+  auto s = spec("x");
+  s.model = "other";
+  EXPECT_EQ(a.admit(s, 0).error.code, errc::unknown_model);
+  s = spec("x", 33);
+  auto d = a.admit(s, 0);
+  EXPECT_EQ(d.error.code, errc::invalid_request);
+  EXPECT_NE(d.error.message.find("cap of 32"), std::string::npos);
+  EXPECT_EQ(a.admit(spec(std::string(60, 'a'), 8), 0).error.code, errc::context_length);
+  s = spec("x");
+  s.sampling.top_p = 0;
+  EXPECT_NE(a.admit(s, 0).error.message.find("top_p"), std::string::npos);
+  request_spec none;
+  EXPECT_EQ(a.admit(none, 0).error.code, errc::invalid_request);
+  s = spec("x");
+  s.prompt_tokens = {1, 2};
+  EXPECT_EQ(a.admit(s, 0).error.code, errc::invalid_request);  // two inputs
+  request_spec toks;
+  toks.prompt_tokens = {1, 999};
+  EXPECT_NE(a.admit(toks, 0).error.message.find("vocabulary"), std::string::npos);
+  s = spec("x");
+  s.stop = {""};
+  EXPECT_EQ(a.admit(s, 0).error.code, errc::invalid_request);
+  EXPECT_EQ(a.stats().admitted, 0);
+}
+
+TEST(admission_state, default_max_tokens_shrinks_to_fit_the_context) {
+  admission_state a(acfg(), make_byte_codec());
+  auto d = a.admit(spec(std::string(56, 'a'), 0), 0);
+  ASSERT_TRUE(d.ok);
+  EXPECT_EQ(d.request.max_tokens, 8);
+}
+
+TEST(admission_state, queue_cap_rejects_overloaded_with_retry_after) {
+  admission_state a(acfg(), make_byte_codec());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(a.admit(spec("x"), i * 1000).ok);
+  auto d = a.admit(spec("x"), 3000);
+  ASSERT_FALSE(d.ok);
+  EXPECT_EQ(d.error.code, errc::overloaded);
+  EXPECT_GE(d.error.retry_after_ms, 100);
+  a.on_closed(1, 10'000);
+  a.on_closed(2, 60'000);
+  EXPECT_TRUE(a.admit(spec("x"), 61'000).ok);
+  EXPECT_TRUE(a.admit(spec("x"), 61'000).ok);
+  d = a.admit(spec("x"), 61'000);
+  ASSERT_FALSE(d.ok);
+  EXPECT_EQ(d.error.retry_after_ms, 100);  // one completion every 50 ms, clamped to 100
+  EXPECT_EQ(a.stats().overloaded, 2);
+}
+
+TEST(admission_state, tenant_token_buckets) {
+  auto c = acfg();
+  c.max_pending = 1000;
+  c.tenants["small"] = tenant_limits{2, 2, 0, 0};       // 2 requests/s, burst 2
+  c.tenants["tokens"] = tenant_limits{0, 0, 20, 20};    // 20 tokens/s
+  admission_state a(c, make_byte_codec());
+  auto s = spec("x", 1);
+  s.tenant = "small";
+  EXPECT_TRUE(a.admit(s, 0).ok);
+  EXPECT_TRUE(a.admit(s, 0).ok);
+  auto d = a.admit(s, 0);
+  ASSERT_FALSE(d.ok);
+  EXPECT_EQ(d.error.code, errc::rate_limited);
+  EXPECT_EQ(d.error.retry_after_ms, 500);
+  EXPECT_TRUE(a.admit(s, 500'000).ok);  // one request refilled after 0.5 s
+  // Other tenants are not affected.
+  EXPECT_TRUE(a.admit(spec("x", 1), 0).ok);
+  auto t = spec("abcde", 5);  // 10 tokens
+  t.tenant = "tokens";
+  EXPECT_TRUE(a.admit(t, 0).ok);
+  EXPECT_TRUE(a.admit(t, 0).ok);
+  d = a.admit(t, 0);
+  EXPECT_EQ(d.error.code, errc::rate_limited);
+  EXPECT_EQ(d.error.retry_after_ms, 500);
+  auto big = spec(std::string(30, 'a'), 5);
+  big.tenant = "tokens";
+  EXPECT_NE(a.admit(big, 10'000'000).error.message.find("burst"), std::string::npos);
+}
+
+TEST(admission_state, deadlines_become_absolute) {
+  auto c = acfg();
+  c.default_deadline_ms = 500;
+  admission_state a(c, make_byte_codec());
+  auto s = spec("x");
+  EXPECT_EQ(a.admit(s, 1000).request.deadline_us, 501'000);
+  s.deadline_ms = 20;
+  EXPECT_EQ(a.admit(s, 1000).request.deadline_us, 21'000);
+}
+
+TEST(admission_state, chat_messages_are_rendered) {
+  admission_state a(acfg(), make_byte_codec());
+  request_spec s;
+  s.messages = {{"user", "hi"}};
+  s.max_tokens = 4;
+  auto d = a.admit(s, 0);
+  ASSERT_TRUE(d.ok);
+  std::string text(d.request.prompt.begin(), d.request.prompt.end());
+  EXPECT_EQ(text, "user: hi\nassistant: ");
+  s.messages = {{"robot", "hi"}};
+  EXPECT_NE(a.admit(s, 0).error.message.find("robot"), std::string::npos);
+}

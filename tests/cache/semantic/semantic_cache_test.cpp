@@ -1,0 +1,403 @@
+// The semantic cache's decisions, driven directly with the cheap hashed-n-gram embedder.
+#include "cache/semantic/semantic_cache.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "cache/embed/hashed_ngram_embedder.hpp"
+#include "tests/support/temp_dir.hpp"
+
+using namespace troupe::cache;
+using troupe::named_registry;
+
+namespace {
+
+class fake_clock {
+ public:
+  int64_t now = 1'700'000'000'000;
+  std::function<int64_t()> fn() {
+    return [this] { return now; };
+  }
+};
+
+// Fails every embed(), for the fault tests.
+class failing_embedder final : public embedder {
+ public:
+  troupe::result<std::vector<float>> embed(std::string_view) override { return troupe::make_error("broken on purpose"); }
+  int dimension() const override { return 64; }
+  std::string name() const override { return "failing"; }
+};
+
+struct fixture {
+  troupe::test::temp_dir dir{"semcache"};
+  fake_clock clock;
+  semantic_cache_config cfg;
+  uint64_t next_id = 1;
+
+  fixture() {
+    cfg.path = dir.str("db");
+    cfg.threshold = 0.80f;
+    cfg.async_insert = false;
+    cfg.clock_ms = clock.fn();
+  }
+  std::unique_ptr<semantic_cache> open(std::unique_ptr<embedder> e = std::make_unique<hashed_ngram_embedder>(256)) {
+    return std::make_unique<semantic_cache>(cfg, std::move(e));
+  }
+  cache_query request(const std::string& model = "smollm2") {
+    cache_query r;
+    r.id = next_id++;
+    r.model = model;
+    r.prompt = {1, 2, 3};
+    r.max_tokens = 64;
+    r.eog = {2};
+    return r;
+  }
+  static finished_answer answer(uint64_t id, std::vector<int32_t> tokens, const char* finish = "stop") {
+    finished_answer c;
+    c.id = id;
+    c.finish_reason = finish;
+    c.tokens = std::move(tokens);
+    c.logprobs.assign(c.tokens.size(), -0.5f);
+    return c;
+  }
+  // A miss for `question`, answered with `tokens`.
+  void teach(semantic_cache& c, const std::string& question, std::vector<int32_t> tokens, const std::string& system = "") {
+    auto r = request();
+    ASSERT_FALSE(c.lookup(ask(r, question, system)).has_value()) << question;
+    c.on_closed(answer(r.id, std::move(tokens)));
+  }
+  // The lookup of request `r` with these texts, as the response-cache stage makes it.
+  static cache_query ask(cache_query r, const std::string& question, const std::string& system = "") {
+    std::vector<message_view> m;
+    if (!system.empty()) m.push_back({"system", system});
+    m.push_back({"user", question});
+    auto texts = cache_query::from_messages(m);
+    r.context = std::move(texts.context);
+    r.question = std::move(texts.question);
+    return r;
+  }
+};
+
+float cosine(const std::string& a, const std::string& b) {
+  hashed_ngram_embedder e(256);
+  auto va = e.embed(a), vb = e.embed(b);
+  return dot(va.value().data(), vb.value().data(), 256);
+}
+
+}  // namespace
+
+TEST(SemanticCache, OnlyDeterministicRequestsAreCacheable) {
+  cache_query r;
+  EXPECT_TRUE(semantic_cache::cacheable(r));
+  r.sampling.temperature = 0.7f;
+  r.sampling.seed = 42;  // seeded sampling is reproducible, but not asked for: not cached
+  EXPECT_FALSE(semantic_cache::cacheable(r));
+  r.cache_requested = true;
+  EXPECT_TRUE(semantic_cache::cacheable(r));
+  r.sampling.temperature = 0;
+  r.sampling.n_logprobs = 3;
+  EXPECT_FALSE(semantic_cache::cacheable(r));  // cache_requested still set
+
+  fixture f;
+  auto c = f.open();
+  auto sampled = f.request();
+  sampled.sampling.temperature = 0.7f;
+  EXPECT_FALSE(c->lookup(fixture::ask(sampled, "What is the capital of France?")).has_value());
+  c->on_closed(fixture::answer(sampled.id, {5, 6}));
+  EXPECT_EQ(c->stats().stores, 0);
+  EXPECT_EQ(c->stats().skipped, 1);
+}
+
+TEST(SemanticCache, MissStoresTheAnswerAndTheExactPathHitsWithoutEmbedding) {
+  fixture f;
+  auto c = f.open();
+  ASSERT_TRUE(c->enabled()) << c->status();
+  f.teach(*c, "What is the capital of France?", {10, 11, 12});
+  EXPECT_EQ(c->stats().stores, 1);
+  auto hit = c->lookup(fixture::ask(f.request(), "  What is the   capital of France?\n"));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_TRUE(hit->exact);
+  EXPECT_FLOAT_EQ(hit->similarity, 1.0f);
+  EXPECT_EQ(hit->tokens, (std::vector<int32_t>{10, 11, 12}));
+  EXPECT_EQ(hit->logprobs.size(), 3u);
+  EXPECT_EQ(hit->finish_reason, "stop");
+  const auto st = c->stats();
+  EXPECT_EQ(st.lookups, 2);
+  EXPECT_EQ(st.exact_hits, 1);
+  EXPECT_EQ(st.entries, 1);
+}
+
+TEST(SemanticCache, ASimilarQuestionHitsAboveTheThresholdOnly) {
+  const std::string stored = "What is the capital of France?";
+  const std::string close = "what is the capital city of France";
+  const std::string far = "How do I bake sourdough bread at home?";
+  ASSERT_GT(cosine(stored, close), 0.80f);
+  ASSERT_LT(cosine(stored, far), 0.80f);
+  fixture f;
+  auto c = f.open();
+  f.teach(*c, stored, {1, 2});
+  auto hit = c->lookup(fixture::ask(f.request(), close));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_FALSE(hit->exact);
+  EXPECT_NEAR(hit->similarity, cosine(stored, close), 1e-4);
+  EXPECT_EQ(hit->matched_prompt, stored);
+  EXPECT_FALSE(c->lookup(fixture::ask(f.request(), far)).has_value());
+
+  f.cfg.threshold = 0.999f;
+  fixture g;
+  g.cfg.threshold = 0.999f;
+  auto strict = g.open();
+  g.teach(*strict, stored, {1, 2});
+  EXPECT_FALSE(strict->lookup(fixture::ask(g.request(), close)).has_value());
+}
+
+TEST(SemanticCache, ModelsPersonasAndParametersNeverShareAnswers) {
+  fixture f;
+  auto c = f.open();
+  const std::string q = "What is the capital of France?";
+  f.teach(*c, q, {1, 2}, "You are a pirate.");
+  EXPECT_FALSE(c->lookup(fixture::ask(f.request(), q, "You are a lawyer.")).has_value());
+  EXPECT_FALSE(c->lookup(fixture::ask(f.request(), q)).has_value());
+  EXPECT_FALSE(c->lookup(fixture::ask(f.request("other-model"), q, "You are a pirate.")).has_value());
+  auto longer = f.request();
+  longer.max_tokens = 128;
+  EXPECT_FALSE(c->lookup(fixture::ask(longer, q, "You are a pirate.")).has_value());
+  auto penalised = f.request();
+  penalised.sampling.repetition_penalty = 1.2f;
+  EXPECT_FALSE(c->lookup(fixture::ask(penalised, q, "You are a pirate.")).has_value());
+  auto stops = f.request();
+  stops.stop = {"\n"};
+  EXPECT_FALSE(c->lookup(fixture::ask(stops, q, "You are a pirate.")).has_value());
+  // Greedy decoding ignores the seed, so the key does too.
+  auto seeded = f.request();
+  seeded.sampling.seed = 99;
+  EXPECT_TRUE(c->lookup(fixture::ask(seeded, q, "You are a pirate.")).has_value());
+}
+
+TEST(SemanticCache, OnlyNormallyFinishedMissesAreStored) {
+  fixture f;
+  auto c = f.open();
+  auto a = f.request();
+  ASSERT_FALSE(c->lookup(fixture::ask(a, "Tell me a joke")).has_value());
+  c->on_closed(fixture::answer(a.id, {1}, "cancelled"));
+  auto b = f.request();
+  ASSERT_FALSE(c->lookup(fixture::ask(b, "Tell me a story")).has_value());
+  auto failed = fixture::answer(b.id, {1});
+  failed.finish_reason.clear();
+  c->on_closed(failed);
+  auto d = f.request();
+  ASSERT_FALSE(c->lookup(fixture::ask(d, "Tell me a riddle")).has_value());
+  auto replay = fixture::answer(d.id, {1});
+  replay.cached = true;
+  c->on_closed(replay);
+  c->on_closed(fixture::answer(12345, {1}));  // never looked up
+  EXPECT_EQ(c->stats().stores, 0);
+  auto e = f.request();
+  ASSERT_FALSE(c->lookup(fixture::ask(e, "Count to three")).has_value());
+  c->on_closed(fixture::answer(e.id, {1, 2, 3}, "length"));
+  EXPECT_EQ(c->stats().stores, 1);
+}
+
+TEST(SemanticCache, EmptyAndLongQuestions) {
+  fixture f;
+  f.cfg.max_question_bytes = 64;
+  auto c = f.open();
+  auto empty = f.request();
+  EXPECT_FALSE(c->lookup(fixture::ask(empty, " \n\t ")).has_value());
+  c->on_closed(fixture::answer(empty.id, {1}));
+  EXPECT_EQ(c->stats().stores, 0);
+
+  // Longer than the embedding window: exact path only, so a prompt that differs past the cut
+  // does not hit by similarity.
+  std::string doc(200, 'x');
+  for (size_t i = 0; i < doc.size(); i += 7) doc[i] = ' ';
+  f.teach(*c, doc + " Summarise this.", {7});
+  EXPECT_FALSE(c->lookup(fixture::ask(f.request(), doc + " Translate this.")).has_value());
+  auto again = c->lookup(fixture::ask(f.request(), doc + " Summarise this."));
+  ASSERT_TRUE(again.has_value());
+  EXPECT_TRUE(again->exact);
+  // A UTF-8 sequence at the cut is not split (no crash, no invalid text handed to the embedder).
+  std::string accents;
+  for (int i = 0; i < 40; ++i) accents += "\xC3\xA9";
+  EXPECT_FALSE(c->lookup(fixture::ask(f.request(), accents)).has_value());
+}
+
+TEST(SemanticCache, SurvivesARestartAndRebuildsTheIndex) {
+  fixture f;
+  {
+    auto c = f.open();
+    f.teach(*c, "What is the capital of France?", {1, 2});
+    f.teach(*c, "How many legs does a spider have?", {3, 4});
+  }
+  auto c = f.open();
+  EXPECT_EQ(c->stats().entries, 2);
+  auto exact = c->lookup(fixture::ask(f.request(), "How many legs does a spider have?"));
+  ASSERT_TRUE(exact.has_value());
+  EXPECT_EQ(exact->tokens, (std::vector<int32_t>{3, 4}));
+  auto similar = c->lookup(fixture::ask(f.request(), "what is the capital city of France"));
+  ASSERT_TRUE(similar.has_value());
+  EXPECT_FALSE(similar->exact);
+  EXPECT_EQ(similar->tokens, (std::vector<int32_t>{1, 2}));
+}
+
+TEST(SemanticCache, EntriesExpireAfterTheTtl) {
+  fixture f;
+  f.cfg.ttl_s = 60;
+  {
+    auto c = f.open();
+    f.teach(*c, "What is the capital of France?", {1});
+    f.clock.now += 59'000;
+    EXPECT_TRUE(c->lookup(fixture::ask(f.request(), "What is the capital of France?")).has_value());
+    f.clock.now += 1'000;
+    EXPECT_FALSE(c->lookup(fixture::ask(f.request(), "What is the capital of France?")).has_value());
+    c->expire();
+    EXPECT_EQ(c->stats().entries, 0);
+    EXPECT_EQ(c->stats().expirations, 1);
+    f.teach(*c, "How many legs does a spider have?", {2});
+  }
+  f.clock.now += 61'000;
+  auto c = f.open();  // expired entries are dropped at start too
+  EXPECT_EQ(c->stats().entries, 0);
+}
+
+TEST(SemanticCache, EvictsTheLeastRecentlyHitBeyondTheLimits) {
+  fixture f;
+  f.cfg.max_entries = 3;
+  auto c = f.open();
+  const std::vector<std::string> qs = {"first question about cats", "second question about dogs",
+                                       "third question about birds", "fourth question about fish"};
+  for (int i = 0; i < 3; ++i) {
+    f.teach(*c, qs[static_cast<size_t>(i)], {i});
+    f.clock.now += 1000;
+  }
+  ASSERT_TRUE(c->lookup(fixture::ask(f.request(), qs[0])).has_value());  // first is now the most recent
+  f.clock.now += 1000;
+  f.teach(*c, qs[3], {3});
+  EXPECT_EQ(c->stats().entries, 3);
+  EXPECT_EQ(c->stats().evictions, 1);
+  EXPECT_TRUE(c->lookup(fixture::ask(f.request(), qs[0])).has_value());
+  EXPECT_FALSE(c->lookup(fixture::ask(f.request(), qs[1])).has_value());
+  EXPECT_TRUE(c->lookup(fixture::ask(f.request(), qs[2])).has_value());
+
+  fixture g;
+  g.cfg.max_bytes = 3000;  // each entry is ~1.1 KB (a 256-float embedding and a little more)
+  auto d = g.open();
+  for (int i = 0; i < 5; ++i) {
+    g.teach(*d, qs[static_cast<size_t>(i % 4)] + " v" + std::to_string(i), {i});
+    g.clock.now += 1000;
+  }
+  const auto st = d->stats();
+  EXPECT_LE(st.bytes, 3000);
+  EXPECT_EQ(st.entries, 2);
+  EXPECT_EQ(st.evictions, 3);
+}
+
+TEST(SemanticCache, AnUnusableStoreDisablesTheCacheAndSaysWhy) {
+  troupe::test::temp_dir dir("semcache-bad");
+  std::ofstream(dir.str("not-a-dir")) << "x";
+  semantic_cache_config cfg;
+  cfg.path = dir.str("not-a-dir");
+  semantic_cache c(cfg, std::make_unique<hashed_ngram_embedder>(64));
+  EXPECT_FALSE(c.enabled());
+  EXPECT_NE(c.status().find("disabled"), std::string::npos);
+  EXPECT_NE(c.status().find(cfg.path), std::string::npos) << c.status();
+  cache_query r = cache_query::from_prompt("hello");
+  r.id = 1;
+  EXPECT_FALSE(c.lookup(r).has_value());
+  c.on_closed(fixture::answer(1, {1}));
+  EXPECT_FALSE(c.stats().enabled);
+
+  // A corrupt directory (CURRENT names a manifest that does not exist).
+  {
+    semantic_cache_config ok = cfg;
+    ok.path = dir.str("corrupt");
+    semantic_cache fine(ok, std::make_unique<hashed_ngram_embedder>(64));
+    ASSERT_TRUE(fine.enabled()) << fine.status();
+  }
+  std::ofstream(dir.str("corrupt/CURRENT"), std::ios::trunc) << "MANIFEST-424242\n";
+  cfg.path = dir.str("corrupt");
+  semantic_cache corrupt(cfg, std::make_unique<hashed_ngram_embedder>(64));
+  EXPECT_FALSE(corrupt.enabled());
+  EXPECT_NE(corrupt.status().find("cannot open the cache store"), std::string::npos) << corrupt.status();
+
+  semantic_cache_config off;
+  off.enabled = false;
+  semantic_cache none(off);
+  EXPECT_FALSE(none.enabled());
+  EXPECT_EQ(none.status(), "disabled in the config");
+}
+
+TEST(SemanticCache, WithoutAWorkingEmbedderTheExactPathStillServes) {
+  fixture f;
+  f.cfg.embedder = "no-such-embedder";
+  auto c = std::make_unique<semantic_cache>(f.cfg);  // from the registry: unknown name
+  ASSERT_TRUE(c->enabled());
+  EXPECT_FALSE(c->stats().semantic);
+  EXPECT_NE(c->status().find("exact-match only"), std::string::npos);
+  EXPECT_NE(c->status().find("hashed_ngrams"), std::string::npos) << c->status();  // lists the known names
+  f.teach(*c, "What is the capital of France?", {1});
+  EXPECT_TRUE(c->lookup(fixture::ask(f.request(), "What is the capital of France?")).has_value());
+  EXPECT_FALSE(c->lookup(fixture::ask(f.request(), "what is the capital city of France")).has_value());
+
+  fixture g;
+  auto d = g.open(std::make_unique<failing_embedder>());
+  g.teach(*d, "What is the capital of France?", {1});
+  EXPECT_TRUE(d->lookup(fixture::ask(g.request(), "What is the capital of France?")).has_value());
+  EXPECT_EQ(d->stats().embed_failures, 1);  // the first miss; the exact hit needed none
+}
+
+TEST(SemanticCache, AsyncInsertsAreWrittenBeforeShutdown) {
+  fixture f;
+  f.cfg.async_insert = true;
+  {
+    auto c = f.open();
+    c->set_detokenizer([](const std::vector<int32_t>& t) { return "answer of " + std::to_string(t.size()) + " tokens"; });
+    for (int i = 0; i < 20; ++i) f.teach(*c, "question number " + std::to_string(i), {i, i});
+  }  // the destructor drains the queue
+  f.cfg.async_insert = true;
+  auto c = f.open();
+  EXPECT_EQ(c->stats().entries, 20);
+  auto hit = c->lookup(fixture::ask(f.request(), "question number 7"));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->text, "answer of 2 tokens");
+  c->flush();
+}
+
+TEST(SemanticCache, TheSameQuestionAnsweredTwiceKeepsOneEntry) {
+  fixture f;
+  auto c = f.open();
+  auto a = f.request(), b = f.request();
+  ASSERT_FALSE(c->lookup(fixture::ask(a, "What is 2 + 2?")).has_value());
+  ASSERT_FALSE(c->lookup(fixture::ask(b, "What is 2 + 2?")).has_value());
+  c->on_closed(fixture::answer(a.id, {4}));
+  c->on_closed(fixture::answer(b.id, {4, 4}));
+  EXPECT_EQ(c->stats().entries, 1);
+  EXPECT_EQ(c->lookup(fixture::ask(f.request(), "What is 2 + 2?"))->tokens, (std::vector<int32_t>{4, 4}));
+}
+
+TEST(Embedders, RegistryAndHashedNgrams) {
+  auto& reg = embedder_registry();
+  auto names = reg.names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "minilm"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "hashed_ngrams"), names.end());
+  named_registry<embedder_factory> local{"embedder"};
+  EXPECT_TRUE(local.add("x", [](const embedder_options&) -> troupe::result<std::unique_ptr<embedder>> {
+    return std::unique_ptr<embedder>(new hashed_ngram_embedder(16));
+  }).ok());
+  EXPECT_FALSE(local.add("x", nullptr).ok());
+  auto unknown = local.make("y");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().find("known: x"), std::string::npos);
+
+  embedder_options o;
+  o.dimension = 64;
+  auto e = reg.make("hashed_ngrams", o);
+  ASSERT_TRUE(e.ok());
+  auto a = e.value()->embed("The same text");
+  auto b = e.value()->embed("the  same text");
+  ASSERT_EQ(a.value().size(), 64u);
+  EXPECT_NEAR(dot(a.value().data(), b.value().data(), 64), 1.0f, 1e-6);  // case-insensitive, deterministic
+  EXPECT_NEAR(dot(a.value().data(), a.value().data(), 64), 1.0f, 1e-5);
+  EXPECT_TRUE(e.value()->embed("").ok());
+}

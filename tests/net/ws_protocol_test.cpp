@@ -1,0 +1,82 @@
+// net/ws_protocol without sockets: client frames parsed, server frames written.
+#include <gtest/gtest.h>
+
+#include <simdjson.h>
+
+#include "net/ws_protocol.hpp"
+#include "tests/net/valid_json.hpp"
+
+using namespace troupe;
+using namespace troupe::net;
+using troupe::net::test::valid_json;
+
+TEST(ws_protocol, parses_frames) {
+  auto g = parse_client_frame(R"({"type":"generate","id":"a1","prompt":"hi","max_tokens":4,"priority":2})");
+  ASSERT_TRUE(g.frame) << g.error.message;
+  EXPECT_EQ(g.frame->type, frame_type::generate);
+  EXPECT_EQ(g.frame->id, "a1");
+  EXPECT_EQ(g.frame->spec.prompt, "hi");
+  EXPECT_EQ(g.frame->spec.priority, 2);
+
+  auto c = parse_client_frame(R"({"type":"cancel","id":7})");
+  ASSERT_TRUE(c.frame);
+  EXPECT_EQ(c.frame->id, "7");
+
+  auto r = parse_client_frame(R"({"type":"resume","id":"a1","from_index":3,"resume_key":"k"})");
+  ASSERT_TRUE(r.frame);
+  EXPECT_EQ(r.frame->from_index, 3);
+  EXPECT_EQ(r.frame->resume_key, "k");
+}
+
+// A resume needs the generate's resume_key; a generate's key is a secret of 16 to 256 characters.
+TEST(ws_protocol, resume_keys_are_checked) {
+  auto no_key = parse_client_frame(R"({"type":"resume","id":"a1","from_index":3})");
+  ASSERT_FALSE(no_key.frame);
+  EXPECT_EQ(no_key.error.param, "resume_key");
+  EXPECT_NE(no_key.error.message.find("resume_key"), std::string::npos);
+  auto g = parse_client_frame(R"({"type":"generate","id":"a1","prompt":"hi","resume_key":"0123456789abcdef"})");
+  ASSERT_TRUE(g.frame) << g.error.message;
+  EXPECT_EQ(g.frame->resume_key, "0123456789abcdef");
+  auto none = parse_client_frame(R"({"type":"generate","id":"a1","prompt":"hi"})");
+  ASSERT_TRUE(none.frame);
+  EXPECT_TRUE(none.frame->resume_key.empty());
+  for (const char* bad : {R"({"type":"generate","id":"a1","prompt":"hi","resume_key":"short"})",
+                          R"({"type":"generate","id":"a1","prompt":"hi","resume_key":7})"}) {
+    auto b = parse_client_frame(bad);
+    EXPECT_FALSE(b.frame) << bad;
+    EXPECT_EQ(b.error.param, "resume_key") << bad;
+  }
+}
+
+TEST(ws_protocol, bad_frames_name_the_problem) {
+  auto j = parse_client_frame("not json");
+  EXPECT_FALSE(j.frame);
+  EXPECT_EQ(j.error.code, "invalid_json");
+  auto t = parse_client_frame(R"({"type":"dance","id":"x"})");
+  EXPECT_FALSE(t.frame);
+  EXPECT_EQ(t.error.code, "unknown_type");
+  EXPECT_EQ(t.id, "x");
+  auto w = parse_client_frame(R"({"type":"generate","id":"x","prompt":"p","temperature":"hot"})");
+  EXPECT_FALSE(w.frame);
+  EXPECT_EQ(w.error.param, "temperature");
+  auto n = parse_client_frame(R"({"type":"generate","prompt":"p"})");
+  EXPECT_FALSE(n.frame);
+  EXPECT_EQ(n.error.param, "id");
+}
+
+TEST(ws_protocol, server_frames_are_json) {
+  simdjson::dom::parser p;
+  auto t = p.parse(token_frame("a", 4, "x\n"));
+  EXPECT_EQ(std::string_view(t["type"]), "token");
+  EXPECT_EQ(int64_t(t["index"]), 4);
+  actors::done_event d;
+  d.finish_reason = "stop";
+  d.usage = {5, 6, 0};
+  d.timings.ttft_ms = 12.5;
+  d.cached = true;
+  auto df = p.parse(done_frame("a", d));
+  EXPECT_EQ(std::string_view(df["finish_reason"]), "stop");
+  EXPECT_EQ(bool(df["cached"]), true);
+  EXPECT_DOUBLE_EQ(double(df["timings"]["ttft_ms"]), 12.5);
+  EXPECT_TRUE(valid_json(error_frame("", "c", "m")));
+}
