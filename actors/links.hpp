@@ -36,12 +36,15 @@ struct pipeline_links {
   caf::actor executor;
   caf::actor streamer;
   caf::actor supervisor;
+  // Where requests go after the response cache and where a replica's scheduler sends its step
+  // outputs: the router stage on the front; on a worker, its door to the front's router.
+  caf::actor router;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, pipeline_links& x) {
   return f(caf::meta::type_name("pipeline_links"), x.admission, x.cache, x.scheduler, x.executor, x.streamer,
-           x.supervisor);
+           x.supervisor, x.router);
 }
 
 // The current links, readable from any thread; the supervisor writes it.

@@ -185,6 +185,10 @@ struct admitted_request {
   std::string tenant;
   int64_t arrival_us = 0;            // steady clock, this process
   int64_t deadline_us = 0;           // steady clock, this process; 0: none
+  // A continuation after a replica died (actors/router): the last generated_before tokens of
+  // `prompt` were generated on another replica and already delivered. They count as completion
+  // tokens, and the sampler's draws go on from that position, so the output is the same.
+  int32_t generated_before = 0;
   // The text `prompt` was rendered from: the chat messages, or else the raw prompt; both empty
   // for a prompt_tokens request. The response cache keys on it besides the tokens
   // (actors/response_cache/policy.hpp: query_of).
@@ -196,7 +200,7 @@ struct admitted_request {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, admitted_request& x) {
   return f(caf::meta::type_name("admitted_request"), x.id, x.model, x.prompt, x.sampling, x.max_tokens, x.stop,
-           x.eog, x.logprobs, x.priority, x.tenant, x.arrival_us, x.deadline_us, x.messages,
+           x.eog, x.logprobs, x.priority, x.tenant, x.arrival_us, x.deadline_us, x.generated_before, x.messages,
            x.prompt_text, x.cache_requested);
 }
 

@@ -1,10 +1,13 @@
 #include "actors/runtime.hpp"
 
 #include <caf/all.hpp>
+#include <caf/io/all.hpp>
 
 #include "actors/admission/admission.hpp"
 #include "actors/response_cache/response_cache.hpp"
 #include "actors/executor/executor.hpp"
+#include "actors/router/replica_door.hpp"
+#include "actors/router/router.hpp"
 #include "actors/scheduler/scheduler.hpp"
 #include "actors/streamer/streamer.hpp"
 
@@ -40,12 +43,26 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<submit_reply>("troupe.submit_reply");
   cfg.add_message_type<pipeline_links>("troupe.pipeline_links");
   cfg.add_message_type<event_sink>("troupe.event_sink");
+  cfg.add_message_type<routing_options>("troupe.routing_options");
+  cfg.add_message_type<router_config>("troupe.router_config");
+  cfg.add_message_type<load_report>("troupe.load_report");
+  cfg.add_message_type<replica_hello>("troupe.replica_hello");
+  cfg.add_message_type<replica_welcome>("troupe.replica_welcome");
+  cfg.add_message_type<replica_stats>("troupe.replica_stats");
+  cfg.add_message_type<router_stats>("troupe.router_stats");
+  cfg.add_message_type<door_status>("troupe.door_status");
+  cfg.add_message_type<router_actor>("troupe.router_actor");
 }
 
 runtime::runtime(runtime_options o) {
   add_message_types(cfg_);
   const int threads = o.scheduler_threads > 0 ? o.scheduler_threads : 2;
   cfg_.set("scheduler.max-threads", threads);
+  if (o.network) {
+    cfg_.load<caf::io::middleman>();
+    cfg_.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_ms)});
+    cfg_.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
+  }
   sys_ = std::make_unique<caf::actor_system>(cfg_);
 }
 

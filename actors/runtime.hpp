@@ -15,6 +15,12 @@ void add_message_types(caf::actor_system_config& cfg);
 
 struct runtime_options {
   int scheduler_threads = 0;  // CAF worker threads; 0: 2 (the executor runs on its own thread)
+  // Loads CAF's network layer (caf::io's middleman) for a cluster: a front that listens for
+  // workers, or a worker. Its heartbeat is off by default in CAF 0.17; a cluster turns it on so
+  // that a half-open connection is noticed by CAF too (the router's own rule is the load reports).
+  bool network = false;
+  int64_t heartbeat_ms = 500;
+  int64_t connection_timeout_ms = 3000;
 };
 
 class runtime {

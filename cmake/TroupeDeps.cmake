@@ -22,6 +22,7 @@ if(NOT TROUPE_ENGINE_ONLY)
   find_package(tomlplusplus REQUIRED)
   find_package(spdlog REQUIRED)
   find_package(CLI11 REQUIRED)
+  find_package(OpenSSL REQUIRED)  # cluster joins: HMAC-SHA256 proofs of the cluster secret
   find_path(HNSWLIB_INCLUDE_DIR hnswlib/hnswlib.h REQUIRED)
 endif()
 

@@ -44,7 +44,8 @@ constexpr applied_by restart{reload_kind::restart, ""};
 constexpr applied_by hot_scheduler{reload_kind::hot, "scheduler"};
 constexpr applied_by hot_admission{reload_kind::hot, "admission"};
 constexpr applied_by hot_cache{reload_kind::hot, "cache"};
-constexpr applied_by hot_streamer{reload_kind::hot, "streamer"};  // its output filters, changed in place
+constexpr applied_by hot_streamer{reload_kind::hot, "streamer"};
+constexpr applied_by hot_router{reload_kind::hot, "router"};      // its policy, changed in place  // its output filters, changed in place
 // Hot, but no stage to replace: serve applies logging.level itself; admission.max_prompt_tokens
 // is read by nothing yet.
 constexpr applied_by hot_no_stage{reload_kind::hot, ""};
@@ -222,13 +223,14 @@ std::vector<std::string> limit_names() {
   return v;
 }
 
-key_spec policy_options_key() {
-  key_spec s = spec("scheduler.policy_options", hot_scheduler, {"*"}, true);
-  s.read = [](troupe_config& c, const toml::node& n, reader& rd) {
-    const std::string key = "scheduler.policy_options";
+// A policy's knobs: a table of numbers by name (scheduler.policy_options, router.policy_options).
+template <class F>
+key_spec number_table_key(std::string key, applied_by a, F field) {
+  key_spec s = spec(key, a, {"*"}, true);
+  s.read = [key, field](troupe_config& c, const toml::node& n, reader& rd) {
     const auto* t = rd.table(n, key);
     if (!t) return;
-    auto& options = c.pipeline.scheduler.policy_opts.values;
+    auto& options = field(c);
     options.clear();
     for (const auto& [k, v] : *t) {
       const std::string full = key + "." + std::string(k.str());
@@ -237,9 +239,9 @@ key_spec policy_options_key() {
         options[std::string(k.str())] = *x;
     }
   };
-  s.write = [](const troupe_config& c, toml::table& root, bool) {
-    auto& t = table_at(root, "scheduler.policy_options");
-    for (const auto& [k, v] : c.pipeline.scheduler.policy_opts.values) t.insert_or_assign(k, v);
+  s.write = [key, field](const troupe_config& c, toml::table& root, bool) {
+    auto& t = table_at(root, key);
+    for (const auto& [k, v] : field(const_cast<troupe_config&>(c))) t.insert_or_assign(k, v);
   };
   return s;
 }
@@ -511,7 +513,8 @@ std::vector<key_spec> make_schema() {
                           TROUPE_FIELD(pipeline.scheduler.max_batched_tokens)));
   v.push_back(integer_key("scheduler.max_steps_in_flight", hot_scheduler, 1, 16,
                           TROUPE_FIELD(pipeline.scheduler.max_steps_in_flight)));
-  v.push_back(policy_options_key());
+  v.push_back(number_table_key("scheduler.policy_options", hot_scheduler,
+                               [](troupe_config& c) -> auto& { return c.pipeline.scheduler.policy_opts.values; }));
 
   v.push_back(string_key("admission.policy", hot_admission, true, {}, TROUPE_FIELD(pipeline.admission.policy)));
   v.push_back(integer_key("admission.max_pending", hot_admission, 1, 16 * mib, TROUPE_FIELD(pipeline.admission.max_pending)));
@@ -563,6 +566,16 @@ std::vector<key_spec> make_schema() {
   v.push_back(integer_key("streamer.slow_consumer_timeout_ms", restart, 1, day_ms,
                           TROUPE_FIELD(pipeline.streamer.slow_consumer_timeout_ms)));
   v.push_back(filters_key());
+
+  v.push_back(string_key("router.policy", hot_router, true, {}, TROUPE_FIELD(pipeline.router.policy)));
+  v.push_back(number_table_key("router.policy_options", hot_router,
+                               [](troupe_config& c) -> auto& { return c.pipeline.router.policy_opts.values; }));
+
+  v.push_back(string_key("cluster.listen", restart, false, {}, TROUPE_FIELD(cluster.listen)));
+  v.push_back(bool_key("cluster.local_replica", restart, TROUPE_FIELD(pipeline.router.use_local)));
+  v.push_back(integer_key("cluster.dead_after_ms", hot_router, 50, day_ms, TROUPE_FIELD(pipeline.router.dead_after_ms)));
+  v.push_back(integer_key("cluster.report_ms", restart, 10, 60000, TROUPE_FIELD(pipeline.router.report_ms)));
+  v.push_back(string_key("cluster.secret", restart, false, {}, TROUPE_FIELD(pipeline.router.secret), true));
 
   v.push_back(api_keys_key());
   v.push_back(string_key("auth.admin_token", restart, false, {}, TROUPE_FIELD(server.admin_token), true));

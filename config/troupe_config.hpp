@@ -23,6 +23,14 @@ struct model_options {
   std::string backend = "cpu";  // a registered backend ("cpu", "cuda")
 };
 
+// [cluster]: this process as the front of a cluster (the router's own settings live in
+// actors::router_config: local_replica, dead_after_ms, report_ms, secret).
+struct cluster_options {
+  // host:port where workers join (`troupe worker --join HOST:PORT`); empty: no cluster port. Plain
+  // TCP: bind it to loopback, or set cluster.secret (docs/cluster.md).
+  std::string listen;
+};
+
 // [logging]
 struct logging_options {
   std::string level = "info";   // spdlog's names: trace, debug, info, warn, error, critical, off
@@ -47,6 +55,7 @@ struct troupe_config {
   // pipeline fill them in.
   actors::pipeline_config pipeline = serve_pipeline_defaults();
   logging_options logging;
+  cluster_options cluster;           // [cluster] listen; the rest is pipeline.router
 };
 
 // Keys set to something other than their default that nothing reads yet

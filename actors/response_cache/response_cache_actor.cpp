@@ -6,7 +6,7 @@
 #include "actors/detail/caf_util.hpp"
 #include "actors/response_cache/policy.hpp"
 #include "actors/supervisor/successor_link.hpp"
-#include "actors/scheduler/scheduler.hpp"
+#include "actors/router/router.hpp"
 #include "actors/streamer/streamer.hpp"
 
 namespace troupe::actors {
@@ -67,7 +67,7 @@ cache_actor::behavior_type cache_fn(self_ptr self, response_cache_config cfg, st
             return;
           }
         }
-        self->send(caf::actor_cast<scheduler_actor>(st.links.scheduler), enqueue_atom::value, std::move(r));
+        self->send(caf::actor_cast<router_actor>(st.links.router), enqueue_atom::value, std::move(r));
       },
       [=](closed_atom, const closed_stream& c) {
         auto& st = self->state;

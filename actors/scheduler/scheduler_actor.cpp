@@ -40,8 +40,10 @@ void pump(self_ptr self);
 void flush(self_ptr self) {
   auto out = self->state.sched->take_output();
   if (out.empty()) return;
-  auto streamer = caf::actor_cast<streamer_actor>(self->state.links.streamer);
-  if (streamer) self->send(streamer, output_atom::value, std::move(out));
+  // Outputs go up to the router (on a worker: its door to the front's router), which passes on
+  // only what this replica still owns.
+  auto up = caf::actor_cast<streamer_actor>(self->state.links.router);
+  if (up) self->send(up, output_atom::value, std::move(out));
 }
 
 void executor_lost(self_ptr self, const std::string& why) {

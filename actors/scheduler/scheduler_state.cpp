@@ -116,7 +116,7 @@ step_entry scheduler_state::make_entry(seq& s, int32_t n, int64_t now_us) const 
   if (e.sample) {
     e.sampling = s.req.sampling;
     e.logprob = s.req.logprobs;
-    e.n_generated = s.generated + s.pending_samples;
+    e.n_generated = s.req.generated_before + s.generated + s.pending_samples;
     const auto& p = s.req.sampling;
     if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
       const auto keep = std::min<size_t>(s.tokens.size(), static_cast<size_t>(std::max(0, p.penalty_last_n)));
@@ -454,8 +454,8 @@ void scheduler_state::finish(uint64_t id, const std::string& reason) {
   seq_finished f;
   f.id = id;
   f.reason = reason;
-  f.usage.prompt_tokens = s.n_prompt;
-  f.usage.completion_tokens = s.generated;
+  f.usage.prompt_tokens = s.n_prompt - s.req.generated_before;
+  f.usage.completion_tokens = s.req.generated_before + s.generated;
   f.usage.cached_prompt_tokens = s.cached_prompt;
   f.queue_ms = s.started ? static_cast<double>(s.first_scheduled_us - s.req.arrival_us) / 1000.0 : 0.0;
   f.preemptions = s.preemptions;

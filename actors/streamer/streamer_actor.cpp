@@ -9,7 +9,7 @@
 #include "actors/admission/admission.hpp"
 #include "actors/response_cache/response_cache.hpp"
 #include "actors/detail/caf_util.hpp"
-#include "actors/scheduler/scheduler.hpp"
+#include "actors/router/router.hpp"
 #include "actors/streamer/streamer_state.hpp"
 
 #include <spdlog/spdlog.h>
@@ -148,11 +148,12 @@ void apply(self_ptr self) {
         },
         ev);
   }
-  auto sched = caf::actor_cast<scheduler_actor>(st.links.scheduler);
-  if (sched) {
-    for (auto id : fx.pause) self->send(sched, pause_atom::value, id);
-    for (auto id : fx.resume) self->send(sched, resume_atom::value, id);
-    for (auto id : fx.drop) self->send(sched, drop_atom::value, id);
+  // Flow control goes to the router, which passes it to the replica that holds the request.
+  auto router = caf::actor_cast<router_actor>(st.links.router);
+  if (router) {
+    for (auto id : fx.pause) self->send(router, pause_atom::value, id);
+    for (auto id : fx.resume) self->send(router, resume_atom::value, id);
+    for (auto id : fx.drop) self->send(router, drop_atom::value, id);
   }
   for (const auto id : closed_ids) {
     if (auto r = st.routes.find(id); r != st.routes.end()) {

@@ -13,6 +13,7 @@
 
 #include "actors/detail/caf_util.hpp"
 #include "actors/response_cache/policy.hpp"
+#include "actors/router/router_actor.hpp"
 #include "actors/supervisor/successor_link.hpp"
 #include "model/gguf_reader.hpp"
 
@@ -37,6 +38,9 @@ struct supervisor_state {
   bool stopping = false;
   bool reconfiguring = false;  // one reconfiguration at a time
   std::vector<caf::actor> retiring;  // replaced actors still forwarding to their successors
+  // A worker's pipeline: its door to the front's router, in place of a router of its own (the
+  // worker owns it).
+  caf::actor upstream;
   static inline const char* name = "troupe.supervisor";
 };
 
@@ -66,8 +70,17 @@ void wire(self_ptr self) {
   auto& st = self->state;
   st.links.supervisor = caf::actor_cast<caf::actor>(self);
   st.cell->set(st.links);
-  for (const auto& h : {st.links.admission, st.links.cache, st.links.scheduler, st.links.streamer})
+  for (const auto& h : {st.links.admission, st.links.cache, st.links.scheduler, st.links.streamer, st.links.router})
     if (h) self->send(h, links_atom::value, st.links);
+}
+
+router_options router_opts(const supervisor_state& st) {
+  router_options o;
+  o.config = st.cfg.router;
+  o.model = st.cfg.model_name;
+  o.n_vocab = st.info.n_vocab;
+  o.block_size = st.info.block_size;
+  return o;
 }
 
 scheduler_options scheduler_opts(const supervisor_state& st) {
@@ -158,6 +171,13 @@ void restart(self_ptr self, const std::string& role, const std::string& reason) 
   } else if (role == "cache") {
     st.links.cache = adopt(self, spawn_cache(sys, st.cfg.cache, st.codec));
     wire(self);
+  } else if (role == "router") {
+    st.links.router = adopt(self, spawn_router(sys, router_opts(st)));
+    wire(self);
+    // Which replica owns which request is gone: those streams end with an error (outputs still
+    // coming for them are stale to the new router, which has the replicas drop them).
+    self->send(caf::actor_cast<streamer_actor>(st.links.streamer), fail_atom::value, uint64_t{0},
+               std::string(errc::internal), "the router failed and was restarted: " + reason);
   }
 }
 
@@ -167,6 +187,7 @@ std::string role_of(const supervisor_state& st, const caf::actor_addr& a) {
   if (a == st.links.streamer.address()) return "streamer";
   if (a == st.links.admission.address()) return "admission";
   if (a == st.links.cache.address()) return "cache";
+  if (!st.upstream && a == st.links.router.address()) return "router";
   return {};
 }
 
@@ -175,6 +196,8 @@ void shutdown(self_ptr self, const caf::error& reason) {
   st.stopping = true;
   for (const auto& h : {st.links.admission, st.links.cache, st.links.scheduler, st.links.streamer, st.links.executor})
     if (h) self->send_exit(h, reason ? reason : caf::make_error(caf::exit_reason::user_shutdown));
+  if (st.links.router && !st.upstream)
+    self->send_exit(st.links.router, reason ? reason : caf::make_error(caf::exit_reason::user_shutdown));
   for (const auto& h : st.retiring) self->send_exit(h, caf::exit_reason::user_shutdown);
   st.retiring.clear();
   st.links = {};
@@ -325,6 +348,23 @@ void swap_filters(self_ptr self, const pipeline_config& next, output_filters cha
       std::move(done), std::move(k));
 }
 
+// The routing policy changes in place: what is in flight stays on its replica.
+void swap_router(self_ptr self, const pipeline_config& next, std::vector<std::string> done, stage_done k) {
+  if (self->state.upstream) return k(std::move(done), {});  // a worker routes nothing
+  swap_stage<bool>(
+      self, &pipeline_links::router, "router", "routing policy", "the router did not take the new policy: ",
+      [self, c = next.router](const caf::actor& router) {
+        return self->request(caf::actor_cast<router_actor>(router), std::chrono::seconds(10), route_atom::value, c);
+      },
+      [self, c = next.router](const caf::actor&, bool) {
+        auto& r = self->state.cfg.router;
+        const std::string before = r.policy;
+        r = c;
+        return before + " -> " + r.policy;
+      },
+      std::move(done), std::move(k));
+}
+
 // What can be checked of a config before anything is spawned or swapped: names in their
 // registries, and each part's options (its factory runs once).
 status check_parts(const pipeline_config& c) {
@@ -334,12 +374,15 @@ status check_parts(const pipeline_config& c) {
     if (auto r = response_cache_registry().find(c.cache.policy); !r) return make_error(r.error());
   if (auto a = validate_admission_policy(c.admission); !a) return make_error(a.error());
   if (auto f = output_filters::make(c.streamer.filters); !f) return make_error(f.error());
+  if (auto r = routing_policy_registry().make(c.router.policy, c.router.policy_opts); !r) return make_error(r.error());
   return {};
 }
 
 caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker make,
-                            std::shared_ptr<const text_codec> codec, std::shared_ptr<links_cell> cell) {
+                            std::shared_ptr<const text_codec> codec, std::shared_ptr<links_cell> cell,
+                            caf::actor upstream) {
   auto& st = self->state;
+  st.upstream = std::move(upstream);
   st.cfg = std::move(cfg);
   st.make = std::move(make);
   st.codec = std::move(codec);
@@ -377,6 +420,7 @@ caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker ma
                   s.links.scheduler = adopt(self, spawn_scheduler(sys, scheduler_opts(s), exec));
                   s.links.cache = adopt(self, spawn_cache(sys, s.cfg.cache, s.codec));
                   s.links.admission = adopt(self, spawn_admission(sys, admission_cfg(s), s.codec));
+                  s.links.router = s.upstream ? s.upstream : adopt(self, spawn_router(sys, router_opts(s)));
                   wire(self);
                   rp.deliver(info);
                 },
@@ -432,6 +476,10 @@ caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker ma
           stages.push_back([self, next](std::vector<std::string> d, stage_done k) {
             swap_cache(self, next, std::move(d), std::move(k));
           });
+        if (named("router"))
+          stages.push_back([self, next](std::vector<std::string> d, stage_done k) {
+            swap_router(self, next, std::move(d), std::move(k));
+          });
         if (named("streamer"))
           stages.push_back([self, next, maker](std::vector<std::string> d, stage_done k) {
             swap_filters(self, next, maker, std::move(d), std::move(k));
@@ -463,12 +511,13 @@ pipeline::pipeline(caf::actor_system& sys, pipeline_config cfg, std::shared_ptr<
     : sys_(sys), cfg_(std::move(cfg)), codec_(std::move(codec)), cell_(std::make_shared<links_cell>()) {}
 
 result<std::unique_ptr<pipeline>> pipeline::start(caf::actor_system& sys, pipeline_config cfg, backend_maker make,
-                                                  std::shared_ptr<const text_codec> codec) {
+                                                  std::shared_ptr<const text_codec> codec, caf::actor upstream) {
   if (!codec) return make_error("the pipeline needs a text codec");
   // Check what can be checked before anything runs.
   if (auto ok = check_parts(cfg); !ok) return make_error(ok.error());
   std::unique_ptr<pipeline> p(new pipeline(sys, cfg, codec));
-  p->supervisor_ = sys.spawn(supervisor_fn, cfg, std::move(make), codec, p->cell_);
+  p->upstream_ = upstream;
+  p->supervisor_ = sys.spawn(supervisor_fn, cfg, std::move(make), codec, p->cell_, std::move(upstream));
   caf::scoped_actor self{sys};
   std::string failure;
   self->request(p->supervisor_, detail::ms(cfg.startup_timeout_ms + 5000), start_atom::value)
@@ -483,12 +532,13 @@ result<std::unique_ptr<pipeline>> pipeline::start(caf::actor_system& sys, pipeli
 
 result<std::unique_ptr<pipeline>> pipeline::start(caf::actor_system& sys, pipeline_config cfg,
                                                   std::shared_ptr<model::llama_model> m, model::backend_options o,
-                                                  std::string backend) {
+                                                  std::string backend, caf::actor upstream) {
   if (!m) return make_error("no model");
   auto codec = make_gguf_codec(m->file());
   if (!codec) return make_error("the model's tokenizer: " + codec.error());
   if (cfg.model_name == "default" && !m->params().name.empty()) cfg.model_name = m->params().name;
-  return start(sys, std::move(cfg), make_backend_maker(std::move(m), o, std::move(backend)), std::move(codec.value()));
+  return start(sys, std::move(cfg), make_backend_maker(std::move(m), o, std::move(backend)), std::move(codec.value()),
+               std::move(upstream));
 }
 
 pipeline::~pipeline() { stop(); }
@@ -501,12 +551,17 @@ void pipeline::stop() {
   self->wait_for(supervisor_);
   for (const auto& h : {l.admission, l.cache, l.scheduler, l.streamer, l.executor})
     if (h) self->wait_for(h);
+  if (l.router && l.router != upstream_)
+    self->wait_for(l.router);
   supervisor_ = nullptr;
   cell_->set({});
 }
 
 result<scheduler_stats> pipeline::get_scheduler_stats(std::chrono::milliseconds t) const {
   return ask<scheduler_stats>(sys_, caf::actor_cast<scheduler_actor>(links().scheduler), t, stats_atom::value);
+}
+result<router_stats> pipeline::get_router_stats(std::chrono::milliseconds t) const {
+  return ask<router_stats>(sys_, caf::actor_cast<router_actor>(links().router), t, stats_atom::value);
 }
 result<admission_stats> pipeline::get_admission_stats(std::chrono::milliseconds t) const {
   return ask<admission_stats>(sys_, caf::actor_cast<admission_actor>(links().admission), t, stats_atom::value);

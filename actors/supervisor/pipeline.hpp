@@ -21,6 +21,7 @@
 #include "actors/response_cache/response_cache.hpp"
 #include "actors/executor/executor.hpp"
 #include "actors/links.hpp"
+#include "actors/router/router.hpp"
 #include "actors/scheduler/scheduler.hpp"
 #include "actors/streamer/streamer.hpp"
 #include "actors/supervisor/pipeline_config.hpp"
@@ -44,12 +45,14 @@ class pipeline {
  public:
   // Starts every actor and waits until the executor's backend is built. Errors name what
   // failed (an unknown policy lists the known ones; a backend error is passed on).
+  // `upstream`: a worker's pipeline sends its outputs there (its door to the front's router,
+  // see actors/router/replica_door.hpp) and has no router of its own.
   static result<std::unique_ptr<pipeline>> start(caf::actor_system& sys, pipeline_config cfg, backend_maker make,
-                                                 std::shared_ptr<const text_codec> codec);
+                                                 std::shared_ptr<const text_codec> codec, caf::actor upstream = {});
   // The usual case: the CPU backend (or `backend`) over a loaded model, its own tokenizer.
   static result<std::unique_ptr<pipeline>> start(caf::actor_system& sys, pipeline_config cfg,
                                                  std::shared_ptr<model::llama_model> m, model::backend_options o,
-                                                 std::string backend = "cpu");
+                                                 std::string backend = "cpu", caf::actor upstream = {});
 
   ~pipeline();
   pipeline(const pipeline&) = delete;
@@ -70,6 +73,7 @@ class pipeline {
 
   // Blocking questions (for tests, benchmarks and the CLI; not for hot paths).
   result<scheduler_stats> get_scheduler_stats(std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
+  result<router_stats> get_router_stats(std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
   result<admission_stats> get_admission_stats(std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
   result<streamer_stats> get_streamer_stats(std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
   result<response_cache_stats> get_cache_stats(std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
@@ -99,6 +103,7 @@ class pipeline {
   std::shared_ptr<const text_codec> codec_;
   std::shared_ptr<links_cell> cell_;
   caf::actor supervisor_;
+  caf::actor upstream_;  // a worker's door (not ours to stop)
   executor_info info_;
 };
 

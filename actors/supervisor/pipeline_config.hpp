@@ -11,6 +11,7 @@
 
 #include "actors/admission/policy.hpp"
 #include "actors/response_cache/response_cache.hpp"
+#include "actors/router/router.hpp"
 #include "actors/scheduler/scheduler.hpp"
 #include "actors/streamer/streamer.hpp"
 
@@ -22,6 +23,7 @@ struct pipeline_config {
   admission_config admission;          // model_name, n_ctx and n_vocab are filled in at start
   response_cache_config cache;
   streamer_config streamer;
+  router_config router;
   int64_t step_timeout_ms = 120000;    // one engine step; longer counts as an executor fault
   int64_t startup_timeout_ms = 120000; // building the backend
   int32_t max_restarts = 5;            // per actor within restart_window_ms; then it stays down

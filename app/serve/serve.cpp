@@ -11,7 +11,11 @@
 #include <mutex>
 #include <thread>
 
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
 #include "actors/client.hpp"
+#include "app/serve/cluster.hpp"
 #include "actors/supervisor/pipeline.hpp"
 #include "actors/runtime.hpp"
 #include "model/llama_model.hpp"
@@ -121,6 +125,10 @@ class pipeline_inference : public net::inference {
          "# TYPE troupe_prefix_cache_hit_tokens_scheduler_total counter\n"
          "troupe_prefix_cache_hit_tokens_scheduler_total " + std::to_string(st->prefix_hit_tokens) + "\n";
     std::string health;
+    if (auto rs = p->get_router_stats(std::chrono::seconds(2))) {
+      g += router_metrics(*rs);
+      health = router_health(*rs);
+    }
     if (auto cs = p->get_cache_stats(std::chrono::seconds(2))) {
       g += "# HELP troupe_response_cache_lookups_total Response cache lookups.\n# TYPE troupe_response_cache_lookups_total counter\n"
            "troupe_response_cache_lookups_total " + std::to_string(cs->lookups) + "\n";
@@ -136,7 +144,7 @@ class pipeline_inference : public net::inference {
       w.field("entries", cs->entries).field("lookups", cs->lookups).field("hits", cs->hits);
       if (!cs->status.empty()) w.field("status", cs->status);
       w.end_object();
-      health = w.take();
+      health += (health.empty() ? "" : ",") + w.take();
     }
     std::lock_guard<std::mutex> lock(mu_);
     gauges_ = std::move(g);
@@ -174,6 +182,7 @@ class pipeline_inference : public net::inference {
 struct serve_instance::impl {
   serve_options opts;
   actors::runtime rt;  // first: the actor system outlives everything that talks to it
+  uint16_t cluster_port = 0;  // where workers join (cluster.listen), once published
   net::metrics met;
   pipeline_inference inf;
   std::unique_ptr<net::server> srv;  // after the actor system (its io_context must go first)
@@ -188,7 +197,9 @@ struct serve_instance::impl {
   bool stopped = false;
 
   explicit impl(serve_options o) :
-      opts(std::move(o)), inf(opts.config.model.name.empty() ? stem(opts.config.model.path) : opts.config.model.name) {}
+      opts(std::move(o)),
+      rt(actors::runtime_options{0, !opts.config.cluster.listen.empty()}),
+      inf(opts.config.model.name.empty() ? stem(opts.config.model.path) : opts.config.model.name) {}
 
   void load() {
     std::string err;
@@ -200,8 +211,14 @@ struct serve_instance::impl {
       auto cfg = conf.pipeline;
       cfg.model_name = inf.model_name();
       auto p = actors::pipeline::start(rt.system(), cfg, m.value(), conf.backend, conf.model.backend);
-      if (!p) err = "cannot start the pipeline: " + p.error();
-      else inf.set(std::move(p.value()));
+      if (!p) {
+        err = "cannot start the pipeline: " + p.error();
+      } else if (!conf.cluster.listen.empty()) {
+        auto port = publish_router(rt.system(), p.value()->links().router, conf.cluster.listen);
+        if (!port) err = port.error();
+        else cluster_port = port.value();
+      }
+      if (err.empty() && p) inf.set(std::move(p.value()));
     }
     std::lock_guard<std::mutex> lock(mu);
     load_done = true;
@@ -246,6 +263,9 @@ serve_instance::serve_instance(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
 serve_instance::~serve_instance() { stop(); }
 
 result<std::unique_ptr<serve_instance>> serve_instance::start(serve_options o) {
+  if (!o.config.cluster.listen.empty())
+    if (auto ok = check_cluster_security(o.config.cluster.listen, o.config.pipeline.router.secret); !ok)
+      return make_error(ok.error());
   auto i = std::make_unique<impl>(std::move(o));
   i->srv = std::make_unique<net::server>(i->opts.config.server, i->inf, i->met);
   if (auto s = i->srv->start(); !s) return make_error(s.error());

@@ -1,0 +1,653 @@
+// router_state, driven directly with injected time: placement per policy, the prefix summary,
+// draining, death (a kill or silence past dead_after_ms) and request migration with exactly the
+// delivered tokens, stale outputs of a replica that no longer owns a request, usage of a
+// migrated request's finish, and failures when no replica is left.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "actors/router/router_state.hpp"
+
+using namespace troupe;
+using namespace troupe::actors;
+
+namespace {
+
+constexpr int64_t ms = 1000;
+constexpr int32_t block = 16;
+
+std::unique_ptr<routing_policy> make_policy(const std::string& name, routing_options o = {}) {
+  auto p = routing_policy_registry().make(name, o);
+  EXPECT_TRUE(p.ok()) << p.error();
+  return p.ok() ? std::move(p.value()) : nullptr;
+}
+
+router_config config(const std::string& policy, bool use_local = true) {
+  router_config c;
+  c.policy = policy;
+  c.use_local = use_local;
+  c.dead_after_ms = 3000;
+  return c;
+}
+
+std::vector<int32_t> tokens(int32_t first, size_t n) {
+  std::vector<int32_t> t(n);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+admitted_request request(uint64_t id, std::vector<int32_t> prompt, int32_t max_tokens) {
+  admitted_request r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.seed = 42;
+  r.tenant = "t";
+  return r;
+}
+
+step_output tokens_out(uint64_t id, std::vector<int32_t> toks) {
+  step_output o;
+  for (int32_t t : toks) o.tokens.push_back(token_out{id, t, 0.0f, {}});
+  return o;
+}
+
+step_output finished_out(uint64_t id, const std::string& reason, int32_t prompt, int32_t completion) {
+  step_output o;
+  seq_finished f;
+  f.id = id;
+  f.reason = reason;
+  f.usage.prompt_tokens = prompt;
+  f.usage.completion_tokens = completion;
+  o.finished.push_back(f);
+  return o;
+}
+
+// Where the last enqueue went (the one place it produced).
+uint64_t placed_on(router_state& s) {
+  auto fx = s.take_effects();
+  EXPECT_EQ(fx.place.size(), 1u);
+  return fx.place.empty() ? ~0ull : fx.place.front().first;
+}
+
+bool has_line(const std::vector<std::string>& log, const std::string& part) {
+  return std::any_of(log.begin(), log.end(), [&](const std::string& l) { return l.find(part) != std::string::npos; });
+}
+
+const replica_stats* stats_of(const router_stats& s, uint64_t id) {
+  for (const auto& r : s.replicas)
+    if (r.id == id) return &r;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST(RouterState, ReplicaIdsStartAtOneAndAreNeverReused) {
+  router_state s(config("least_loaded"), make_policy("least_loaded"));
+  s.add_local(block, 0);
+  EXPECT_EQ(s.add_replica("a", block, 0), 1u);
+  EXPECT_EQ(s.add_replica("b", block, 0), 2u);
+  s.kill(1, "connection lost", 0);
+  EXPECT_EQ(s.add_replica("a", block, 0), 3u);  // the same worker rejoining is a new replica
+  EXPECT_TRUE(s.live(0));
+  EXPECT_FALSE(s.live(1));
+  EXPECT_TRUE(s.live(2));
+  EXPECT_TRUE(s.live(3));
+  EXPECT_FALSE(s.live(9));
+  EXPECT_EQ(s.live_count(), 3u);
+  auto st = s.stats();
+  ASSERT_EQ(st.replicas.size(), 4u);  // dead ones included
+  EXPECT_EQ(stats_of(st, 0)->name, "local");
+  EXPECT_EQ(stats_of(st, 1)->state, "dead");
+  EXPECT_EQ(stats_of(st, 2)->state, "ready");
+  EXPECT_EQ(st.policy, "least_loaded");
+}
+
+TEST(RouterState, RoundRobinPlacesInTurn) {
+  router_state s(config("round_robin"), make_policy("round_robin"));
+  s.add_local(block, 0);
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  std::vector<uint64_t> got;
+  for (uint64_t id = 1; id <= 6; ++id) {
+    s.enqueue(request(id, tokens(1, 20), 8), 0);
+    got.push_back(placed_on(s));
+  }
+  EXPECT_EQ(got, (std::vector<uint64_t>{0, 1, 2, 0, 1, 2}));
+  auto st = s.stats();
+  EXPECT_EQ(st.placed, 6);
+  for (uint64_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(stats_of(st, r)->placed, 2);
+    EXPECT_EQ(stats_of(st, r)->in_flight, 2);
+  }
+}
+
+TEST(RouterState, LeastLoadedFollowsTheRoutersOwnQueuedTokens) {
+  router_state s(config("least_loaded", false), make_policy("least_loaded"));
+  s.add_local(block, 0);
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  s.enqueue(request(1, tokens(1, 500), 100), 0);  // 600 tokens
+  EXPECT_EQ(placed_on(s), 1u);
+  s.enqueue(request(2, tokens(1, 100), 100), 0);  // 200 tokens
+  EXPECT_EQ(placed_on(s), 2u);
+  s.enqueue(request(3, tokens(1, 100), 100), 0);  // b has 200 < 600
+  EXPECT_EQ(placed_on(s), 2u);
+  s.enqueue(request(4, tokens(1, 100), 100), 0);  // b has 400 < 600
+  EXPECT_EQ(placed_on(s), 2u);
+  // Tokens delivered from a count down; finishes free the rest: a has 0 left, b has 600.
+  s.on_output(1, tokens_out(1, {7, 8, 9}));
+  s.on_output(1, finished_out(1, finish::stop, 500, 3));
+  (void)s.take_effects();
+  s.enqueue(request(5, tokens(1, 100), 100), 0);
+  EXPECT_EQ(placed_on(s), 1u);
+  auto st = s.stats();
+  EXPECT_EQ(stats_of(st, 1)->in_flight, 1);
+  EXPECT_EQ(stats_of(st, 2)->in_flight, 3);
+  EXPECT_EQ(stats_of(st, 1)->tokens, 3);
+}
+
+TEST(RouterState, LeastLoadedBreaksTiesByReportedLoad) {
+  router_state s(config("least_loaded", false), make_policy("least_loaded"));
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  load_report busy;
+  busy.waiting = 3;
+  busy.running = 4;
+  s.on_report(1, busy, 10);
+  s.on_report(2, load_report{}, 10);
+  s.enqueue(request(1, tokens(1, 10), 10), 20);
+  EXPECT_EQ(placed_on(s), 2u);
+}
+
+TEST(RouterState, PrefixAffinitySendsRepeatedPrefixesToTheReplicaHoldingThem) {
+  router_state s(config("prefix_affinity", false), make_policy("prefix_affinity"));
+  s.add_local(block, 0);
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  const auto system = tokens(1000, 4 * block);  // a shared system prompt of 4 whole blocks
+  const auto with_system = [&](int32_t user) {
+    auto p = system;
+    auto u = tokens(user, 10);
+    p.insert(p.end(), u.begin(), u.end());
+    return p;
+  };
+  s.enqueue(request(1, with_system(1), 50), 0);
+  EXPECT_EQ(placed_on(s), 1u);  // no hit anywhere: the least loaded, smallest id
+  s.enqueue(request(2, tokens(5000, 40), 50), 0);
+  EXPECT_EQ(placed_on(s), 2u);  // no hit: b is less loaded now
+  // The same system prompt again, although a carries more: a holds its blocks.
+  for (uint64_t id = 3; id <= 6; ++id) {
+    s.enqueue(request(id, with_system(static_cast<int32_t>(id * 100)), 50), 0);
+    EXPECT_EQ(placed_on(s), 1u) << id;
+  }
+  // A prompt that shares only the first block still goes where that block is.
+  auto partial = tokens(1000, block);
+  auto rest = tokens(9000, 3 * block);
+  partial.insert(partial.end(), rest.begin(), rest.end());
+  s.enqueue(request(7, partial, 50), 0);
+  EXPECT_EQ(placed_on(s), 1u);
+}
+
+TEST(RouterState, PrefixAffinityFallsBackToLeastLoadedPastTheImbalance) {
+  routing_options o;
+  o.values["max_imbalance"] = 300;
+  o.values["balance_ratio"] = 1.5;
+  router_state s(config("prefix_affinity", false), make_policy("prefix_affinity", o));
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  const auto prompt = tokens(1000, 4 * block);
+  s.enqueue(request(1, prompt, 200), 0);  // a: 264 queued
+  EXPECT_EQ(placed_on(s), 1u);
+  s.enqueue(request(2, prompt, 200), 0);  // a holds the prefix; 264 over b is within 300
+  EXPECT_EQ(placed_on(s), 1u);
+  s.enqueue(request(3, prompt, 200), 0);  // a has 528 queued against b's 0: balance wins
+  EXPECT_EQ(placed_on(s), 2u);
+  s.enqueue(request(4, prompt, 200), 0);  // both hold it now: the less loaded, b
+  EXPECT_EQ(placed_on(s), 2u);
+}
+
+TEST(RouterState, PrefixAffinityHitsMoreThanRoundRobin) {
+  // 7 conversations with their own 8-block system prompts, 64 requests arriving interleaved, on 4
+  // replicas: count requests placed where their prefix already was.
+  const auto run = [](const std::string& policy) {
+    router_state s(config(policy, false), make_policy(policy));
+    for (int i = 0; i < 4; ++i) s.add_replica("w" + std::to_string(i), block, 0);
+    std::map<uint64_t, std::set<int>> holds;  // replica -> conversations sent there
+    int hits = 0;
+    for (uint64_t id = 1; id <= 64; ++id) {
+      const int conv = static_cast<int>((id * 3) % 7);
+      auto p = tokens(10000 * (conv + 1), 8 * block);
+      auto u = tokens(static_cast<int32_t>(id) * 7, 12);
+      p.insert(p.end(), u.begin(), u.end());
+      s.enqueue(request(id, p, 16), 0);
+      auto fx = s.take_effects();
+      const uint64_t r = fx.place.at(0).first;
+      hits += holds[r].count(conv) ? 1 : 0;
+      holds[r].insert(conv);
+      s.on_output(r, finished_out(id, finish::stop, static_cast<int32_t>(p.size()), 0));
+      (void)s.take_effects();
+    }
+    return hits;
+  };
+  const int affinity = run("prefix_affinity");
+  const int rr = run("round_robin");
+  EXPECT_EQ(affinity, 64 - 7);  // every conversation's first request is its only miss
+  EXPECT_LT(rr, affinity);
+}
+
+TEST(RouterState, PrefixSummaryIsBoundedAndForgetsTheOldest) {
+  const auto scenario = [](bool flood) {
+    router_state s(config("prefix_affinity", false), make_policy("prefix_affinity"));
+    s.add_replica("a", block, 0);
+    s.add_replica("b", block, 0);
+    const auto prompt = tokens(1, 4 * block);
+    s.enqueue(request(1, prompt, 10), 0);
+    EXPECT_EQ(placed_on(s), 1u);
+    s.on_output(1, finished_out(1, finish::stop, 64, 0));
+    if (flood) {  // 5000 other blocks through a: more than it remembers
+      s.enqueue(request(2, tokens(100000, 5000 * block), 10), 0);
+      EXPECT_EQ(placed_on(s), 1u);
+      s.on_output(1, finished_out(2, finish::stop, 5000 * block, 0));
+    }
+    s.enqueue(request(3, tokens(900000, 20), 10), 0);  // a little load on a
+    EXPECT_EQ(placed_on(s), 1u);
+    s.enqueue(request(4, prompt, 10), 0);
+    return placed_on(s);
+  };
+  EXPECT_EQ(scenario(false), 1u);  // a still holds the prompt's blocks
+  EXPECT_EQ(scenario(true), 2u);   // forgotten: the least loaded
+}
+
+TEST(RouterState, OutputsOfOwnedRequestsPassOnWithTheWholeUsage) {
+  router_state s(config("least_loaded", false), make_policy("least_loaded"));
+  s.add_replica("a", block, 0);
+  s.enqueue(request(1, tokens(1, 30), 5), 0);
+  (void)s.take_effects();
+  step_output o = tokens_out(1, {11, 12});
+  o.finished.push_back(finished_out(1, finish::stop, 30, 2).finished[0]);
+  o.finished.back().usage.cached_prompt_tokens = 16;
+  s.on_output(1, o);
+  auto fx = s.take_effects();
+  ASSERT_EQ(fx.to_streamer.tokens.size(), 2u);
+  EXPECT_EQ(fx.to_streamer.tokens[0].token, 11);
+  EXPECT_EQ(fx.to_streamer.tokens[1].token, 12);
+  ASSERT_EQ(fx.to_streamer.finished.size(), 1u);
+  EXPECT_EQ(fx.to_streamer.finished[0].reason, finish::stop);
+  EXPECT_EQ(fx.to_streamer.finished[0].usage.prompt_tokens, 30);
+  EXPECT_EQ(fx.to_streamer.finished[0].usage.completion_tokens, 2);
+  EXPECT_EQ(fx.to_streamer.finished[0].usage.cached_prompt_tokens, 16);
+  EXPECT_TRUE(fx.drop.empty());
+  auto st = s.stats();
+  EXPECT_EQ(stats_of(st, 1)->in_flight, 0);
+  EXPECT_EQ(stats_of(st, 1)->tokens, 2);
+  EXPECT_EQ(st.stale_outputs, 0);
+}
+
+TEST(RouterState, KillMigratesWithExactlyTheDeliveredTokens) {
+  router_state s(config("round_robin", false), make_policy("round_robin"));
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  const auto prompt = tokens(1, 40);
+  auto req = request(7, prompt, 10);
+  req.priority = 3;
+  req.stop = {"END"};
+  s.enqueue(req, 0);
+  EXPECT_EQ(placed_on(s), 1u);
+  s.on_output(1, tokens_out(7, {101, 102, 103}));
+  auto fx = s.take_effects();
+  ASSERT_EQ(fx.to_streamer.tokens.size(), 3u);
+
+  s.kill(1, "connection lost", 5 * ms);
+  fx = s.take_effects();
+  ASSERT_EQ(fx.place.size(), 1u);
+  EXPECT_EQ(fx.place[0].first, 2u);
+  const admitted_request& c = fx.place[0].second;
+  EXPECT_EQ(c.id, 7u);
+  auto expect_prompt = prompt;
+  expect_prompt.insert(expect_prompt.end(), {101, 102, 103});
+  EXPECT_EQ(c.prompt, expect_prompt);
+  EXPECT_EQ(c.max_tokens, 7);
+  EXPECT_EQ(c.generated_before, 3);
+  EXPECT_EQ(c.sampling.seed, 42u);
+  EXPECT_EQ(c.priority, 3);
+  EXPECT_EQ(c.stop, req.stop);
+  EXPECT_TRUE(fx.to_streamer.empty());  // the client sees nothing of the move
+  EXPECT_TRUE(has_line(fx.log, "request 7 moved from replica 1 to 2 after 3 tokens")) << fx.log.size();
+  EXPECT_TRUE(has_line(fx.log, "replica 1 (a) is dead (connection lost)"));
+  auto st = s.stats();
+  EXPECT_EQ(st.migrations, 1);
+  EXPECT_EQ(st.replica_deaths, 1);
+  EXPECT_EQ(stats_of(st, 1)->state, "dead");
+  EXPECT_EQ(stats_of(st, 1)->in_flight, 0);
+  EXPECT_EQ(stats_of(st, 2)->in_flight, 1);
+  EXPECT_EQ(stats_of(st, 2)->placed, 1);
+}
+
+TEST(RouterState, StaleOutputsOfADeadReplicaAreDroppedNeverPassedOn) {
+  router_state s(config("round_robin", false), make_policy("round_robin"));
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  s.enqueue(request(7, tokens(1, 40), 10), 0);
+  EXPECT_EQ(placed_on(s), 1u);
+  s.on_output(1, tokens_out(7, {101, 102}));
+  std::vector<int32_t> seen;
+  for (const auto& t : s.take_effects().to_streamer.tokens) seen.push_back(t.token);
+  s.kill(1, "silent", 0);
+  (void)s.take_effects();
+
+  // The dead replica was only partitioned: its late tokens and finish arrive.
+  step_output late = tokens_out(7, {103, 104});
+  late.finished.push_back(finished_out(7, finish::length, 40, 10).finished[0]);
+  s.on_output(1, late);
+  auto fx = s.take_effects();
+  EXPECT_TRUE(fx.to_streamer.empty());
+  ASSERT_EQ(fx.drop.size(), 1u);  // once per id
+  EXPECT_EQ(fx.drop[0], (std::pair<uint64_t, uint64_t>{1, 7}));
+  EXPECT_EQ(s.stats().stale_outputs, 3);
+  // A report from it does not bring it back.
+  s.on_report(1, load_report{}, 10);
+  EXPECT_FALSE(s.live(1));
+
+  // The new owner's tokens continue the stream: no gap, no duplicate.
+  s.on_output(2, tokens_out(7, {103, 104}));
+  for (const auto& t : s.take_effects().to_streamer.tokens) seen.push_back(t.token);
+  EXPECT_EQ(seen, (std::vector<int32_t>{101, 102, 103, 104}));
+  auto st = s.stats();
+  EXPECT_EQ(stats_of(st, 1)->tokens, 2);
+  EXPECT_EQ(stats_of(st, 2)->tokens, 2);
+}
+
+TEST(RouterState, AMigratedRequestsFinishReportsTheOriginalPromptAndEveryToken) {
+  // The new replica may report the continuation's own view (prompt with the moved tokens) or
+  // count generated_before itself: the streamer sees the whole request's usage either way.
+  for (bool counts_generated_before : {false, true}) {
+    router_state s(config("round_robin", false), make_policy("round_robin"));
+    s.add_replica("a", block, 0);
+    s.add_replica("b", block, 0);
+    s.enqueue(request(7, tokens(1, 40), 10), 0);
+    (void)s.take_effects();
+    s.on_output(1, tokens_out(7, {101, 102, 103}));
+    s.kill(1, "connection lost", 0);
+    (void)s.take_effects();
+    step_output o = tokens_out(7, {104, 105});
+    o.finished.push_back(counts_generated_before ? finished_out(7, finish::stop, 40, 5).finished[0]
+                                                 : finished_out(7, finish::stop, 43, 2).finished[0]);
+    s.on_output(2, o);
+    auto fx = s.take_effects();
+    ASSERT_EQ(fx.to_streamer.finished.size(), 1u);
+    EXPECT_EQ(fx.to_streamer.finished[0].usage.prompt_tokens, 40);
+    EXPECT_EQ(fx.to_streamer.finished[0].usage.completion_tokens, 5);
+    const auto st = s.stats();
+    EXPECT_EQ(stats_of(st, 2)->in_flight, 0);
+  }
+}
+
+TEST(RouterState, PauseIsCarriedOverToTheNewReplica) {
+  router_state s(config("round_robin", false), make_policy("round_robin"));
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  s.add_replica("c", block, 0);
+  s.enqueue(request(7, tokens(1, 40), 10), 0);
+  s.enqueue(request(8, tokens(1, 40), 10), 0);
+  (void)s.take_effects();  // 7 on a, 8 on b
+  s.pause(7);
+  auto fx = s.take_effects();
+  ASSERT_EQ(fx.pause.size(), 1u);
+  EXPECT_EQ(fx.pause[0], (std::pair<uint64_t, uint64_t>{1, 7}));
+
+  s.kill(1, "connection lost", 0);
+  fx = s.take_effects();
+  ASSERT_EQ(fx.place.size(), 1u);
+  const uint64_t to = fx.place[0].first;
+  EXPECT_NE(to, 1u);
+  ASSERT_EQ(fx.pause.size(), 1u);
+  EXPECT_EQ(fx.pause[0], (std::pair<uint64_t, uint64_t>{to, 7}));
+
+  // Resumed later: on the new replica.
+  s.resume(7);
+  fx = s.take_effects();
+  ASSERT_EQ(fx.resume.size(), 1u);
+  EXPECT_EQ(fx.resume[0], (std::pair<uint64_t, uint64_t>{to, 7}));
+  // Resumed before a second move: no pause follows that place.
+  s.kill(to, "connection lost", 0);
+  fx = s.take_effects();
+  ASSERT_EQ(fx.place.size(), 1u);
+  EXPECT_TRUE(fx.pause.empty());
+}
+
+TEST(RouterState, AKillAfterTheLastTokenFinishesInsteadOfMoving) {
+  router_state s(config("round_robin", false), make_policy("round_robin"));
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  s.enqueue(request(7, tokens(1, 20), 3), 0);
+  auto eog = request(8, tokens(1, 20), 10);
+  eog.eog = {2};
+  s.enqueue(eog, 0);
+  (void)s.take_effects();  // 7 on a, 8 on b
+  s.on_output(1, tokens_out(7, {5, 6, 7}));   // max_tokens reached; the finish was lost
+  s.on_output(2, tokens_out(8, {9, 2}));      // an end-of-generation token; the finish was lost
+  (void)s.take_effects();
+  s.kill(1, "connection lost", 0);
+  s.kill(2, "connection lost", 0);
+  auto fx = s.take_effects();
+  EXPECT_TRUE(fx.place.empty());
+  EXPECT_TRUE(fx.to_streamer.failed.empty());
+  ASSERT_EQ(fx.to_streamer.finished.size(), 2u);
+  EXPECT_EQ(fx.to_streamer.finished[0].id, 7u);
+  EXPECT_EQ(fx.to_streamer.finished[0].reason, finish::length);
+  EXPECT_EQ(fx.to_streamer.finished[0].usage.prompt_tokens, 20);
+  EXPECT_EQ(fx.to_streamer.finished[0].usage.completion_tokens, 3);
+  EXPECT_EQ(fx.to_streamer.finished[1].id, 8u);
+  EXPECT_EQ(fx.to_streamer.finished[1].reason, finish::stop);
+  EXPECT_EQ(s.stats().migrations, 0);
+}
+
+TEST(RouterState, NoReplicaLeftFailsRunningStreamsNamingTheCause) {
+  router_state s(config("least_loaded", false), make_policy("least_loaded"));
+  s.add_replica("w1", block, 0);
+  s.enqueue(request(7, tokens(1, 20), 10), 0);
+  (void)s.take_effects();
+  s.on_output(1, tokens_out(7, {5}));
+  (void)s.take_effects();
+  s.kill(1, "connection lost", 0);
+  auto fx = s.take_effects();
+  EXPECT_TRUE(fx.place.empty());
+  ASSERT_EQ(fx.to_streamer.failed.size(), 1u);
+  EXPECT_EQ(fx.to_streamer.failed[0].id, 7u);
+  EXPECT_EQ(fx.to_streamer.failed[0].code, errc::overloaded);
+  const auto& m = fx.to_streamer.failed[0].message;
+  EXPECT_NE(m.find("replica 1 (w1)"), std::string::npos) << m;
+  EXPECT_NE(m.find("connection lost"), std::string::npos) << m;
+  auto st = s.stats();
+  EXPECT_EQ(st.refused_no_replica, 1);
+  EXPECT_EQ(st.migrations, 0);
+  // The request is gone: a late drop from the streamer is nothing to pass on.
+  s.drop(7);
+  EXPECT_TRUE(s.take_effects().drop.empty());
+}
+
+TEST(RouterState, NoReplicaFailsANewRequestAsOverloaded) {
+  router_state s(config("least_loaded", false), make_policy("least_loaded"));
+  s.enqueue(request(1, tokens(1, 20), 10), 0);
+  auto fx = s.take_effects();
+  EXPECT_TRUE(fx.place.empty());
+  ASSERT_EQ(fx.to_streamer.failed.size(), 1u);
+  EXPECT_EQ(fx.to_streamer.failed[0].id, 1u);
+  EXPECT_EQ(fx.to_streamer.failed[0].code, errc::overloaded);
+  EXPECT_NE(fx.to_streamer.failed[0].message.find("no engine replica is available"), std::string::npos);
+  EXPECT_EQ(s.stats().refused_no_replica, 1);
+  EXPECT_EQ(s.stats().placed, 0);
+  EXPECT_EQ(s.live_count(), 0u);
+
+  // A worker joins: requests are placed again.
+  s.add_replica("w", block, 0);
+  s.enqueue(request(2, tokens(1, 20), 10), 0);
+  EXPECT_EQ(placed_on(s), 1u);
+}
+
+TEST(RouterState, UseLocalFalseNeverPicksTheLocalReplica) {
+  router_state s(config("round_robin", false), make_policy("round_robin"));
+  s.add_local(block, 0);
+  EXPECT_TRUE(s.live(0));
+  EXPECT_EQ(s.live_count(), 0u);
+  s.enqueue(request(1, tokens(1, 20), 10), 0);
+  auto fx = s.take_effects();
+  ASSERT_EQ(fx.to_streamer.failed.size(), 1u);
+  EXPECT_NE(fx.to_streamer.failed[0].message.find("cluster.local_replica = false"), std::string::npos)
+      << fx.to_streamer.failed[0].message;
+  s.add_replica("w", block, 0);
+  for (uint64_t id = 2; id <= 5; ++id) {
+    s.enqueue(request(id, tokens(1, 20), 10), 0);
+    EXPECT_EQ(placed_on(s), 1u);
+  }
+  // With use_local on again (a reload), the local replica takes its turn.
+  s.set_policy(config("round_robin", true), make_policy("round_robin"));
+  std::set<uint64_t> used;
+  for (uint64_t id = 6; id <= 9; ++id) {
+    s.enqueue(request(id, tokens(1, 20), 10), 0);
+    used.insert(placed_on(s));
+  }
+  EXPECT_EQ(used, (std::set<uint64_t>{0, 1}));
+}
+
+TEST(RouterState, ExpireKillsReplicasSilentPastDeadAfterButNeverTheLocalOne) {
+  router_state s(config("least_loaded"), make_policy("least_loaded"));
+  s.add_local(block, 0);
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  s.enqueue(request(7, tokens(1, 20), 10), 0);
+  s.enqueue(request(8, tokens(1, 20), 10), 0);
+  s.enqueue(request(9, tokens(1, 20), 10), 0);
+  (void)s.take_effects();  // one on each
+  s.on_report(1, load_report{}, 1000 * ms);
+  s.on_report(2, load_report{}, 2000 * ms);
+  // a last reported at 1 s: silent exactly dead_after_ms is still alive.
+  EXPECT_TRUE(s.expire(4000 * ms).empty());
+  EXPECT_EQ(s.expire(4000 * ms + 1), (std::vector<uint64_t>{1}));
+  EXPECT_FALSE(s.live(1));
+  auto fx = s.take_effects();
+  ASSERT_EQ(fx.place.size(), 1u);  // a's request moved
+  EXPECT_NE(fx.place[0].first, 1u);
+  EXPECT_TRUE(has_line(fx.log, "cluster.dead_after_ms = 3000"));
+  // Much later: b dies too, the local replica (never reporting here) stays.
+  EXPECT_EQ(s.expire(60000 * ms), (std::vector<uint64_t>{2}));
+  EXPECT_TRUE(s.live(0));
+  EXPECT_EQ(s.live_count(), 1u);
+  EXPECT_EQ(s.stats().replica_deaths, 2);
+  EXPECT_EQ(s.stats().migrations, 2);
+}
+
+TEST(RouterState, DrainingReplicasTakeNothingNewButFinishWhatTheyHave) {
+  router_state s(config("round_robin", false), make_policy("round_robin"));
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  s.enqueue(request(1, tokens(1, 20), 10), 0);
+  EXPECT_EQ(placed_on(s), 1u);
+  load_report leaving;
+  leaving.draining = true;
+  s.on_report(1, leaving, 10);
+  EXPECT_TRUE(s.live(1));
+  EXPECT_EQ(s.live_count(), 1u);
+  EXPECT_EQ(s.stats().replicas.at(0).state, "draining");
+  for (uint64_t id = 2; id <= 4; ++id) {
+    s.enqueue(request(id, tokens(1, 20), 10), 0);
+    EXPECT_EQ(placed_on(s), 2u);
+  }
+  // Its stream goes on, and a later report without the flag does not undrain it.
+  s.on_report(1, load_report{}, 20);
+  s.on_output(1, tokens_out(1, {5, 6}));
+  s.on_output(1, finished_out(1, finish::stop, 20, 2));
+  auto fx = s.take_effects();
+  EXPECT_EQ(fx.to_streamer.tokens.size(), 2u);
+  EXPECT_EQ(fx.to_streamer.finished.size(), 1u);
+  EXPECT_EQ(s.stats().replicas.at(0).state, "draining");
+  // Drained, it leaves: not a death.
+  s.kill(1, "worker left", 30);
+  EXPECT_EQ(s.stats().replica_deaths, 0);
+  EXPECT_FALSE(s.live(1));
+
+  // drain() directly, and the last replica draining: nothing can be placed.
+  s.drain(2);
+  EXPECT_EQ(s.live_count(), 0u);
+  s.enqueue(request(9, tokens(1, 20), 10), 0);
+  fx = s.take_effects();
+  ASSERT_EQ(fx.to_streamer.failed.size(), 1u);
+  EXPECT_NE(fx.to_streamer.failed[0].message.find("draining"), std::string::npos);
+}
+
+TEST(RouterState, DropPauseResumeGoToTheOwner) {
+  router_state s(config("round_robin", false), make_policy("round_robin"));
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  s.enqueue(request(1, tokens(1, 20), 10), 0);
+  s.enqueue(request(2, tokens(1, 20), 10), 0);
+  (void)s.take_effects();
+  s.pause(2);
+  s.resume(2);
+  s.drop(1);
+  auto fx = s.take_effects();
+  EXPECT_EQ(fx.pause, (std::vector<std::pair<uint64_t, uint64_t>>{{2, 2}}));
+  EXPECT_EQ(fx.resume, (std::vector<std::pair<uint64_t, uint64_t>>{{2, 2}}));
+  EXPECT_EQ(fx.drop, (std::vector<std::pair<uint64_t, uint64_t>>{{1, 1}}));
+  EXPECT_EQ(s.stats().replicas.at(0).in_flight, 0);
+  // A dropped request's last tokens are stale: not passed on, the replica told again.
+  s.on_output(1, tokens_out(1, {5}));
+  fx = s.take_effects();
+  EXPECT_TRUE(fx.to_streamer.empty());
+  EXPECT_EQ(fx.drop, (std::vector<std::pair<uint64_t, uint64_t>>{{1, 1}}));
+  // Flow control for a request the router does not know is nobody's.
+  s.pause(99);
+  s.resume(99);
+  s.drop(99);
+  fx = s.take_effects();
+  EXPECT_TRUE(fx.pause.empty() && fx.resume.empty() && fx.drop.empty());
+}
+
+TEST(RouterState, OutputsOfAnotherReplicaForARequestAreStale) {
+  router_state s(config("round_robin", false), make_policy("round_robin"));
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  s.enqueue(request(1, tokens(1, 20), 10), 0);
+  EXPECT_EQ(placed_on(s), 1u);
+  s.on_output(2, tokens_out(1, {5}));
+  auto fx = s.take_effects();
+  EXPECT_TRUE(fx.to_streamer.empty());
+  EXPECT_EQ(fx.drop, (std::vector<std::pair<uint64_t, uint64_t>>{{2, 1}}));
+  EXPECT_EQ(s.stats().stale_outputs, 1);
+  // The owner's outputs still pass.
+  s.on_output(1, tokens_out(1, {6}));
+  EXPECT_EQ(s.take_effects().to_streamer.tokens.size(), 1u);
+}
+
+TEST(RouterState, FailuresOfOwnedRequestsPassOn) {
+  router_state s(config("round_robin", false), make_policy("round_robin"));
+  s.add_replica("a", block, 0);
+  s.enqueue(request(1, tokens(1, 20), 10), 0);
+  (void)s.take_effects();
+  step_output o;
+  o.failed.push_back(seq_failed{1, errc::kv_capacity, "too long"});
+  s.on_output(1, o);
+  auto fx = s.take_effects();
+  ASSERT_EQ(fx.to_streamer.failed.size(), 1u);
+  EXPECT_EQ(fx.to_streamer.failed[0].code, errc::kv_capacity);
+  EXPECT_EQ(s.stats().replicas.at(0).in_flight, 0);
+}
+
+TEST(RouterState, SetPolicySwapsWithoutMovingWhatIsInFlight) {
+  router_state s(config("least_loaded", false), make_policy("least_loaded"));
+  s.add_replica("a", block, 0);
+  s.add_replica("b", block, 0);
+  s.enqueue(request(1, tokens(1, 20), 10), 0);
+  EXPECT_EQ(placed_on(s), 1u);
+  s.set_policy(config("round_robin", false), make_policy("round_robin"));
+  EXPECT_EQ(s.stats().policy, "round_robin");
+  EXPECT_EQ(s.config().policy, "round_robin");
+  auto fx = s.take_effects();
+  EXPECT_TRUE(fx.place.empty() && fx.drop.empty());
+  s.on_output(1, tokens_out(1, {5}));
+  EXPECT_EQ(s.take_effects().to_streamer.tokens.size(), 1u);
+}
