@@ -34,7 +34,7 @@ const std::vector<config_key>& config_keys();
 // applied; restart for a key the schema does not have.
 reload_kind reload_of(const std::string& key);
 
-// The pipeline stage ("admission", "cache", "scheduler", "streamer") that a change to `key`
+// The pipeline stage ("admission", "cache", "router", "scheduler", "streamer") that a change to `key`
 // replaces while serving; "" for restart keys and for hot keys no stage holds (logging.level,
 // admission.max_prompt_tokens, which nothing reads yet).
 std::string stage_of(const std::string& key);

@@ -37,7 +37,7 @@ backend_maker make_backend_maker(std::shared_ptr<model::llama_model> m, model::b
 
 // The stages a reconfiguration can replace, by the names reconfigure() takes and answers.
 inline const std::set<std::string>& reload_stages() {
-  static const std::set<std::string> s = {"admission", "cache", "scheduler", "streamer"};
+  static const std::set<std::string> s = {"admission", "cache", "router", "scheduler", "streamer"};
   return s;
 }
 
