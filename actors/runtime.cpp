@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 
 #include "actors/admission/admission.hpp"
 #include "actors/response_cache/response_cache.hpp"
@@ -62,6 +63,12 @@ runtime::runtime(runtime_options o) {
     cfg_.load<caf::io::middleman>();
     cfg_.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_ms)});
     cfg_.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
+    if (o.tls()) {
+      cfg_.load<caf::openssl::manager>();
+      cfg_.openssl_certificate = o.tls_certificate;
+      cfg_.openssl_key = o.tls_key;
+      cfg_.openssl_cafile = o.tls_ca;
+    }
   }
   sys_ = std::make_unique<caf::actor_system>(cfg_);
 }

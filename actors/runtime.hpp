@@ -4,6 +4,7 @@
 // machine. CAF's default of max(cores, 4) worker threads would compete with the executor's
 // own thread pool on small machines.
 #include <memory>
+#include <string>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -21,6 +22,11 @@ struct runtime_options {
   bool network = false;
   int64_t heartbeat_ms = 500;
   int64_t connection_timeout_ms = 3000;
+  // TLS for the cluster's links (CAF's OpenSSL layer, mutual authentication): this node's
+  // certificate and key, and the cluster CA that peers' certificates must be signed by. All
+  // three or none.
+  std::string tls_certificate, tls_key, tls_ca;
+  bool tls() const { return !tls_certificate.empty(); }
 };
 
 class runtime {

@@ -576,6 +576,9 @@ std::vector<key_spec> make_schema() {
   v.push_back(integer_key("cluster.dead_after_ms", hot_router, 50, day_ms, TROUPE_FIELD(pipeline.router.dead_after_ms)));
   v.push_back(integer_key("cluster.report_ms", restart, 10, 60000, TROUPE_FIELD(pipeline.router.report_ms)));
   v.push_back(string_key("cluster.secret", restart, false, {}, TROUPE_FIELD(pipeline.router.secret), true));
+  v.push_back(string_key("cluster.tls_certificate", restart, false, {}, TROUPE_FIELD(cluster.tls_certificate)));
+  v.push_back(string_key("cluster.tls_key", restart, false, {}, TROUPE_FIELD(cluster.tls_key)));
+  v.push_back(string_key("cluster.tls_ca", restart, false, {}, TROUPE_FIELD(cluster.tls_ca)));
 
   v.push_back(api_keys_key());
   v.push_back(string_key("auth.admin_token", restart, false, {}, TROUPE_FIELD(server.admin_token), true));

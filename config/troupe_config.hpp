@@ -26,9 +26,16 @@ struct model_options {
 // [cluster]: this process as the front of a cluster (the router's own settings live in
 // actors::router_config: local_replica, dead_after_ms, report_ms, secret).
 struct cluster_options {
-  // host:port where workers join (`troupe worker --join HOST:PORT`); empty: no cluster port. Plain
-  // TCP: bind it to loopback, or set cluster.secret (docs/cluster.md).
+  // host:port where workers join (`troupe worker --join HOST:PORT`); empty: no cluster port.
+  // Without TLS it must be a loopback address (docs/cluster.md).
   std::string listen;
+  // TLS with mutual authentication (scripts/make-cluster-certs.sh makes them): this node's
+  // certificate and key, and the cluster CA every peer's certificate must be signed by. All
+  // three or none; the front and every worker set them.
+  std::string tls_certificate;
+  std::string tls_key;
+  std::string tls_ca;
+  bool tls() const { return !tls_certificate.empty(); }
 };
 
 // [logging]

@@ -16,7 +16,7 @@ packages=(
   libspdlog-dev libfmt-dev        # logging
   libcli11-dev                    # command line
   libpcre2-dev                    # Unicode-aware pre-tokenizer regexes
-  libssl-dev                      # HMAC proofs of the cluster secret (worker joins)
+  libssl-dev openssl              # the cluster: TLS links, HMAC proofs of its secret, certificates
   iproute2                        # network namespaces for the multi-host cluster tests
   python3 python3-venv python3-pip  # test clients and reference scripts
   chromium chromium-driver        # headless browser test of the chat page (tests/clients)

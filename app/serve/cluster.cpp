@@ -2,6 +2,8 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
+#include <unistd.h>
 
 #include <cstdlib>
 
@@ -29,23 +31,49 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-status check_cluster_security(const std::string& listen, const std::string& secret) {
-  auto hp = parse_host_port(listen, "cluster.listen");
+status check_cluster(const config::cluster_options& c) {
+  const int set = !c.tls_certificate.empty() + !c.tls_key.empty() + !c.tls_ca.empty();
+  if (set != 0 && set != 3)
+    return make_error("cluster.tls_certificate, cluster.tls_key and cluster.tls_ca go together: set all three or none");
+  for (const auto* path : {&c.tls_certificate, &c.tls_key, &c.tls_ca})
+    if (!path->empty() && ::access(path->c_str(), R_OK) != 0)
+      return make_error("cannot read " + *path + " (a cluster.tls_* file)");
+  if (c.listen.empty()) return {};
+  auto hp = parse_host_port(c.listen, "cluster.listen");
   if (!hp) return make_error(hp.error());
-  if (!is_loopback(hp->host) && secret.empty())
-    return make_error("cluster.listen = '" + listen +
-                      "' is not a loopback address: set cluster.secret, so that only workers that know it can "
-                      "join (the link is plain TCP; see docs/cluster.md)");
+  if (!is_loopback(hp->host) && !c.tls())
+    return make_error("cluster.listen = '" + c.listen +
+                      "' is not a loopback address: set cluster.tls_certificate, cluster.tls_key and cluster.tls_ca "
+                      "(scripts/make-cluster-certs.sh makes them), or listen on 127.0.0.1 (plain TCP is for "
+                      "loopback only; see docs/cluster.md)");
   return {};
 }
 
-result<uint16_t> publish_router(caf::actor_system& sys, const caf::actor& router, const std::string& listen) {
-  auto hp = parse_host_port(listen, "cluster.listen");
+actors::runtime_options cluster_runtime(const config::cluster_options& c) {
+  actors::runtime_options o;
+  o.network = true;
+  o.tls_certificate = c.tls_certificate;
+  o.tls_key = c.tls_key;
+  o.tls_ca = c.tls_ca;
+  return o;
+}
+
+result<uint16_t> publish_router(caf::actor_system& sys, const caf::actor& router, const config::cluster_options& c) {
+  auto hp = parse_host_port(c.listen, "cluster.listen");
   if (!hp) return make_error(hp.error());
   if (!router) return make_error("the pipeline has no router to publish");
-  auto port = sys.middleman().publish(caf::actor_cast<actors::router_actor>(router), hp->port, hp->host.c_str(), true);
-  if (!port) return make_error("cannot listen for workers on " + listen + ": " + sys.render(port.error()));
+  auto handle = caf::actor_cast<actors::router_actor>(router);
+  auto port = c.tls() ? caf::openssl::publish(handle, hp->port, hp->host.c_str(), true)
+                      : sys.middleman().publish(handle, hp->port, hp->host.c_str(), true);
+  if (!port) return make_error("cannot listen for workers on " + c.listen + ": " + sys.render(port.error()));
   return *port;
+}
+
+result<actors::router_actor> connect_router(caf::actor_system& sys, const host_port& front, bool tls) {
+  auto r = tls ? caf::openssl::remote_actor<actors::router_actor>(sys, front.host, front.port)
+               : sys.middleman().remote_actor<actors::router_actor>(front.host, front.port);
+  if (!r) return make_error(sys.render(r.error()));
+  return std::move(*r);
 }
 
 std::string router_metrics(const actors::router_stats& s) {

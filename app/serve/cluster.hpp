@@ -8,6 +8,8 @@
 #include <caf/fwd.hpp>
 
 #include "actors/router/router.hpp"
+#include "actors/runtime.hpp"
+#include "config/troupe_config.hpp"
 #include "common/result.hpp"
 
 namespace troupe::app {
@@ -21,11 +23,19 @@ struct host_port {
 result<host_port> parse_host_port(const std::string& s, const std::string& what);
 bool is_loopback(const std::string& host);
 
-// The link is plain TCP: off loopback, a worker must prove the cluster secret.
-status check_cluster_security(const std::string& listen, const std::string& secret);
+// The [cluster] keys make sense together: the TLS files all or none (and readable); without TLS
+// the front listens on loopback only (plain TCP).
+status check_cluster(const config::cluster_options& c);
 
-// Publishes the front's router at cluster.listen; the port bound (0 in listen: any free port).
-result<uint16_t> publish_router(caf::actor_system& sys, const caf::actor& router, const std::string& listen);
+// The actor system's network settings for a cluster node (TLS when configured).
+actors::runtime_options cluster_runtime(const config::cluster_options& c);
+
+// Publishes the front's router at cluster.listen (over TLS when the runtime has it); the port
+// bound (0 in listen: any free port).
+result<uint16_t> publish_router(caf::actor_system& sys, const caf::actor& router, const config::cluster_options& c);
+
+// A worker's connection to the front's router.
+result<actors::router_actor> connect_router(caf::actor_system& sys, const host_port& front, bool tls);
 
 // Prometheus lines (per-replica series with a `replica` label, migration and death counters) and
 // /health's "replicas" member.

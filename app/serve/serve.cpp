@@ -198,7 +198,7 @@ struct serve_instance::impl {
 
   explicit impl(serve_options o) :
       opts(std::move(o)),
-      rt(actors::runtime_options{0, !opts.config.cluster.listen.empty()}),
+      rt(opts.config.cluster.listen.empty() ? actors::runtime_options{} : cluster_runtime(opts.config.cluster)),
       inf(opts.config.model.name.empty() ? stem(opts.config.model.path) : opts.config.model.name) {}
 
   void load() {
@@ -214,7 +214,7 @@ struct serve_instance::impl {
       if (!p) {
         err = "cannot start the pipeline: " + p.error();
       } else if (!conf.cluster.listen.empty()) {
-        auto port = publish_router(rt.system(), p.value()->links().router, conf.cluster.listen);
+        auto port = publish_router(rt.system(), p.value()->links().router, conf.cluster);
         if (!port) err = port.error();
         else cluster_port = port.value();
       }
@@ -263,9 +263,7 @@ serve_instance::serve_instance(std::unique_ptr<impl> i) : impl_(std::move(i)) {}
 serve_instance::~serve_instance() { stop(); }
 
 result<std::unique_ptr<serve_instance>> serve_instance::start(serve_options o) {
-  if (!o.config.cluster.listen.empty())
-    if (auto ok = check_cluster_security(o.config.cluster.listen, o.config.pipeline.router.secret); !ok)
-      return make_error(ok.error());
+  if (auto ok = check_cluster(o.config.cluster); !ok) return make_error(ok.error());
   auto i = std::make_unique<impl>(std::move(o));
   i->srv = std::make_unique<net::server>(i->opts.config.server, i->inf, i->met);
   if (auto s = i->srv->start(); !s) return make_error(s.error());

@@ -63,7 +63,11 @@ int run_worker(const worker_options& o) {
     std::fprintf(stderr, "troupe worker: cannot load %s: %s\n", conf.model.path.c_str(), m.error().c_str());
     return 1;
   }
-  actors::runtime rt(actors::runtime_options{0, true});
+  if (auto ok = check_cluster(conf.cluster); !ok) {
+    std::fprintf(stderr, "troupe worker: %s\n", ok.error().c_str());
+    return 2;
+  }
+  actors::runtime rt(cluster_runtime(conf.cluster));
   auto& sys = rt.system();
 
   actors::door_options d;
@@ -121,13 +125,13 @@ int run_worker(const worker_options& o) {
     }
     if (!st.joined) announced = false;
     if (!st.connected && !draining && std::chrono::steady_clock::now() >= next_try) {
-      auto router = sys.middleman().remote_actor<actors::router_actor>(front->host, front->port);
+      auto router = connect_router(sys, front.value(), conf.cluster.tls());
       if (router) {
         failures = 0;
-        caf::anon_send(door, actors::connect_atom::value, std::move(*router));
+        caf::anon_send(door, actors::connect_atom::value, std::move(router.value()));
       } else {
         if (failures++ % 20 == 0)
-          spdlog::warn("troupe worker: cannot reach the front at {}: {} (retrying)", o.join, sys.render(router.error()));
+          spdlog::warn("troupe worker: cannot reach the front at {}: {} (retrying)", o.join, router.error());
         next_try = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
       }
     }
