@@ -144,4 +144,21 @@ class option_reader {
   std::string error_;
 };
 
+// Checks that `options` (a map from option name to value) only holds names from `known`; the
+// error names the first stranger and what `what` ("policy 'sjf'") has.
+template <class Map>
+status check_known_keys(const std::string& what, const Map& options, const std::vector<std::string>& known) {
+  for (const auto& kv : options) {
+    bool found = false;
+    for (const auto& n : known) found = found || n == kv.first;
+    if (!found) {
+      std::string list;
+      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+      return make_error(what + " has no option '" + kv.first + "' (it has: " + (list.empty() ? std::string("none") : list) +
+                        ")");
+    }
+  }
+  return {};
+}
+
 }  // namespace troupe

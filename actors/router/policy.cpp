@@ -1,5 +1,7 @@
 #include "actors/router/policy.hpp"
 
+#include "common/options.hpp"
+
 namespace troupe::actors {
 
 named_registry<routing_policy_factory>& routing_policy_registry() {
@@ -10,17 +12,7 @@ named_registry<routing_policy_factory>& routing_policy_registry() {
 
 status check_routing_keys(const std::string& policy, const routing_options& options,
                           const std::vector<std::string>& known) {
-  for (const auto& [k, v] : options.values) {
-    bool found = false;
-    for (const auto& n : known) found = found || n == k;
-    if (!found) {
-      std::string list;
-      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-      return make_error("routing policy '" + policy + "' has no option '" + k + "' (it has: " +
-                        (list.empty() ? std::string("none") : list) + ")");
-    }
-  }
-  return {};
+  return check_known_keys("routing policy '" + policy + "'", options.values, known);
 }
 
 }  // namespace troupe::actors

@@ -155,15 +155,7 @@ door_actor::behavior_type door_fn(self_ptr self, door_options opts) {
                     [self](const scheduler_stats& st) {
                       auto& s = self->state;
                       if (!s.router || !s.status.joined) return;
-                      load_report r;
-                      r.waiting = st.waiting;
-                      r.running = st.running;
-                      r.kv_blocks_available = st.kv_blocks_available;
-                      r.kv_blocks_total = st.kv_blocks_total;
-                      r.max_num_seqs = st.max_num_seqs;
-                      r.finished = st.finished;
-                      r.draining = s.status.draining;
-                      self->send(s.router, report_atom::value, r);
+                      self->send(s.router, report_atom::value, load_of(st, s.status.draining));
                     },
                     [](const caf::error&) {});
           }

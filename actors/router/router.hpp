@@ -75,6 +75,19 @@ typename Inspector::result_type inspect(Inspector& f, load_report& x) {
            x.max_num_seqs, x.finished, x.draining);
 }
 
+// A replica's load as its scheduler reports it.
+inline load_report load_of(const scheduler_stats& st, bool draining = false) {
+  load_report r;
+  r.waiting = st.waiting;
+  r.running = st.running;
+  r.kv_blocks_available = st.kv_blocks_available;
+  r.kv_blocks_total = st.kv_blocks_total;
+  r.max_num_seqs = st.max_num_seqs;
+  r.finished = st.finished;
+  r.draining = draining;
+  return r;
+}
+
 // A worker's replica introducing itself.
 struct replica_hello {
   std::string name;        // for logs and /health (host:pid unless configured)

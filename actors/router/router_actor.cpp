@@ -88,16 +88,7 @@ void poll_local(self_ptr self) {
   if (!sched || !self->state.local_added) return;
   self->request(sched, detail::ms(self->state.opts.config.dead_after_ms), stats_atom::value)
       .then(
-          [self](const scheduler_stats& st) {
-            load_report r;
-            r.waiting = st.waiting;
-            r.running = st.running;
-            r.kv_blocks_available = st.kv_blocks_available;
-            r.kv_blocks_total = st.kv_blocks_total;
-            r.max_num_seqs = st.max_num_seqs;
-            r.finished = st.finished;
-            self->state.st->on_report(0, r, now_us());
-          },
+          [self](const scheduler_stats& st) { self->state.st->on_report(0, load_of(st), now_us()); },
           [](const caf::error&) {
             // A busy or restarting scheduler: the next tick asks again (the local replica
             // never expires).

@@ -1,5 +1,7 @@
 #include "actors/scheduler/policy.hpp"
 
+#include "common/options.hpp"
+
 namespace troupe::actors {
 
 named_registry<policy_factory>& scheduling_policy_registry() {
@@ -11,17 +13,7 @@ named_registry<policy_factory>& scheduling_policy_registry() {
 
 status check_policy_keys(const std::string& policy, const policy_options& options,
                          const std::vector<std::string>& known) {
-  for (const auto& [k, v] : options.values) {
-    bool found = false;
-    for (const auto& n : known) found = found || n == k;
-    if (!found) {
-      std::string list;
-      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-      return make_error("policy '" + policy + "' has no option '" + k + "' (it has: " +
-                        (list.empty() ? std::string("none") : list) + ")");
-    }
-  }
-  return {};
+  return check_known_keys("policy '" + policy + "'", options.values, known);
 }
 
 }  // namespace troupe::actors
