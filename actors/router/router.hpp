@@ -118,7 +118,8 @@ typename Inspector::result_type inspect(Inspector& f, replica_welcome& x) {
 struct replica_stats {
   uint64_t id = 0;
   std::string name;
-  std::string state;          // "ready", "draining", "dead"
+  std::string state;          // "ready", "draining", "dead"; "standby": the front's own with
+                              // cluster.local_replica = false
   load_report load;
   int32_t in_flight = 0;      // requests the router has placed there and not seen end
   int64_t placed = 0;         // requests placed there, ever (migrated ones included)

@@ -343,7 +343,8 @@ router_stats router_state::stats() const {
     replica_stats rs;
     rs.id = id;
     rs.name = r.name;
-    rs.state = r.state;
+    // The front's own replica with cluster.local_replica = false takes no requests.
+    rs.state = r.local && !cfg_.use_local && r.state == "ready" ? "standby" : r.state;
     rs.load = r.load;
     rs.in_flight = r.in_flight;
     rs.placed = r.placed;
