@@ -15,6 +15,7 @@
 
 #include <caf/meta/type_name.hpp>
 
+#include "cache/cache_choice.hpp"
 #include "model/sampler.hpp"
 
 namespace troupe::model {
@@ -64,6 +65,7 @@ inline constexpr const char* kv_capacity = "kv_capacity";          // does not f
 inline constexpr const char* executor_fault = "executor_fault";    // the model step failed
 inline constexpr const char* internal = "internal";                // an actor failed or timed out
 inline constexpr const char* timeout = "timeout";                  // the client stopped waiting
+inline constexpr const char* no_replica = "no_replica";            // no engine replica is live (a cluster)
 }  // namespace errc
 
 struct chat_message {
@@ -90,8 +92,9 @@ struct request_spec {
   int32_t priority = 0;                // higher first, under the `priority` policy
   std::string tenant;                  // rate limits are per tenant; empty = "default"
   int64_t deadline_ms = 0;             // relative to submission; 0: admission's default (or none)
-  bool cache = false;                  // may be answered from / stored in the response cache even
-                                       // when sampled (greedy requests always may)
+  // The response cache: absent (automatic) caches deterministic answers only; `requested` lets a
+  // sampled one be answered from / stored in it too; `refused` bypasses it (greedy ones too).
+  cache::cache_choice cache = cache::cache_choice::automatic;
 };
 
 template <class Inspector>
@@ -194,14 +197,14 @@ struct admitted_request {
   // (actors/response_cache/policy.hpp: query_of).
   std::vector<chat_message> messages;
   std::string prompt_text;
-  bool cache_requested = false;      // request_spec::cache
+  cache::cache_choice cache = cache::cache_choice::automatic;  // request_spec::cache
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, admitted_request& x) {
   return f(caf::meta::type_name("admitted_request"), x.id, x.model, x.prompt, x.sampling, x.max_tokens, x.stop,
            x.eog, x.logprobs, x.priority, x.tenant, x.arrival_us, x.deadline_us, x.generated_before, x.messages,
-           x.prompt_text, x.cache_requested);
+           x.prompt_text, x.cache);
 }
 
 }  // namespace troupe::actors

@@ -1,5 +1,8 @@
 #include "net/openai_codec.hpp"
 
+#include <algorithm>
+#include <cstring>
+
 #include "net/detail/request_reader.hpp"
 #include "net/json_writer.hpp"
 
@@ -24,7 +27,7 @@ api_error from_pipeline_error(const actors::error_event& ev) {
   } else if (c == errc::deadline || c == errc::timeout) {
     e.status = 504;
     e.type = "timeout";
-  } else if (c == "loading") {
+  } else if (c == "loading" || c == errc::no_replica) {
     e.status = 503;
     e.type = "service_unavailable";
   } else {
@@ -176,6 +179,105 @@ std::string chunk_json(const completion_result& head, const chunk_spec& c, bool 
 
 std::string chat_chunk_json(const completion_result& head, const chunk_spec& c) { return chunk_json(head, c, true); }
 std::string text_chunk_json(const completion_result& head, const chunk_spec& c) { return chunk_json(head, c, false); }
+
+parsed_embedding parse_embedding_request(std::string_view body) {
+  parsed_embedding out;
+  dom::object obj;
+  if (!detail::parse_object(body, obj, out.error)) return out;
+  reader r{obj, std::nullopt, {}};
+  embedding_query q;
+  r.str("model", q.model);
+  std::string format = "float";
+  r.str("encoding_format", format);
+  if (!r.err && format != "float" && format != "base64")
+    r.err = bad_request("'encoding_format' must be \"float\" or \"base64\"", "encoding_format");
+  q.base64 = format == "base64";
+  r.integer("dimensions", q.dimensions);
+  if (!r.err && r.get("dimensions") && q.dimensions <= 0)
+    r.err = bad_request("'dimensions' must be a positive integer", "dimensions");
+  std::string user;
+  r.str("user", user);  // accepted and ignored: nothing here is per end user
+  auto in = r.get("input");
+  if (!r.err && !in) r.err = bad_request("'input' is required", "input");
+  if (!r.err && in->is_string()) {
+    q.inputs.emplace_back(std::string_view(*in));
+    if (q.inputs.back().empty()) r.err = bad_request("'input' must not be empty", "input");
+  } else if (!r.err && in->is_array()) {
+    dom::array a(*in);
+    if (a.size() == 0) r.err = bad_request("'input' must not be an empty array", "input");
+    else if (a.size() > max_embedding_inputs)
+      r.err = bad_request("'input' has more than " + std::to_string(max_embedding_inputs) + " items", "input");
+    size_t i = 0;
+    for (dom::element x : a) {
+      if (r.err) break;
+      const std::string at = "input[" + std::to_string(i++) + "]";
+      if (x.is_number() || x.is_array()) {
+        // The embedder reads text with its own vocabulary: token ids of another one mean nothing to it.
+        r.err = bad_request("'input' as token ids is not supported: send the text (a string or an array of strings)",
+                            "input");
+      } else if (!x.is_string()) {
+        r.wrong(at, "a string", x);
+      } else if (std::string_view(x).empty()) {
+        r.err = bad_request("'" + at + "' must not be empty", at);
+      } else {
+        q.inputs.emplace_back(std::string_view(x));
+      }
+    }
+  } else if (!r.err) {
+    r.wrong("input", "a string or an array of strings", *in);
+  }
+  if (r.err) {
+    out.error = *r.err;
+    return out;
+  }
+  out.query = std::move(q);
+  return out;
+}
+
+namespace {
+
+std::string base64_of_floats(const std::vector<float>& v) {
+  static const char* abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string bytes;
+  bytes.reserve(v.size() * 4);
+  for (float f : v) {
+    uint32_t u;
+    static_assert(sizeof u == sizeof f, "float is 32 bits");
+    std::memcpy(&u, &f, sizeof u);
+    for (int k = 0; k < 4; ++k) bytes.push_back(static_cast<char>((u >> (8 * k)) & 0xFF));  // little-endian
+  }
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, bytes.size() - i);
+    uint32_t x = 0;
+    for (size_t k = 0; k < 3; ++k) x = (x << 8) | (k < n ? static_cast<unsigned char>(bytes[i + k]) : 0u);
+    for (size_t k = 0; k < 4; ++k) out.push_back(k <= n ? abc[(x >> (18 - 6 * k)) & 0x3F] : '=');
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string embeddings_json(const embedding_result& r, bool base64) {
+  json_writer w;
+  w.begin_object().field("object", "list").key("data").begin_array();
+  for (size_t i = 0; i < r.vectors.size(); ++i) {
+    w.begin_object().field("object", "embedding").field("index", static_cast<int64_t>(i)).key("embedding");
+    if (base64) {
+      w.value(base64_of_floats(r.vectors[i]));
+    } else {
+      w.begin_array();
+      for (float f : r.vectors[i]) w.value_float32(f);
+      w.end_array();
+    }
+    w.end_object();
+  }
+  w.end_array().field("model", r.model);
+  w.key("usage").begin_object().field("prompt_tokens", r.prompt_tokens).field("total_tokens", r.prompt_tokens);
+  w.end_object().end_object();
+  return w.take();
+}
 
 std::string models_json(const std::string& model_name, int64_t created) {
   json_writer w;

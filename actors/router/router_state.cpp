@@ -122,7 +122,7 @@ void router_state::kill(uint64_t replica_id, const std::string& why, int64_t now
     }
     ++refused_;
     fx_.to_streamer.failed.push_back(seq_failed{
-        id, errc::overloaded,
+        id, errc::no_replica,
         label + " died (" + why + ") after " + std::to_string(n) +
             " tokens of this request, and no engine replica is left to continue it (" + no_replica_reason() + ")"});
     fx_.log.push_back("request " + std::to_string(id) + " failed: no replica to continue it after " + label +
@@ -173,7 +173,7 @@ void router_state::enqueue(admitted_request r, int64_t now_us) {
   if (place(id, now_us)) return;
   ++refused_;
   fx_.to_streamer.failed.push_back(
-      seq_failed{id, errc::overloaded, "no engine replica is available (" + no_replica_reason() + ")"});
+      seq_failed{id, errc::no_replica, "no engine replica is available (" + no_replica_reason() + ")"});
   flights_.erase(id);
 }
 

@@ -45,7 +45,7 @@ class router_state {
   // A replica is leaving: no new requests; it stays live until it has no request in flight.
   void drain(uint64_t replica);
   // The replica is gone (connection down, or silent): its requests continue elsewhere
-  // (migration) or, with no replica left, fail with errc::overloaded naming the cause.
+  // (migration) or, with no replica left, fail with errc::no_replica naming the cause.
   void kill(uint64_t replica, const std::string& why, int64_t now_us);
   // Kills every replica silent for longer than dead_after_ms; returns their ids.
   std::vector<uint64_t> expire(int64_t now_us);

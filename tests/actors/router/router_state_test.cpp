@@ -458,7 +458,7 @@ TEST(RouterState, NoReplicaLeftFailsRunningStreamsNamingTheCause) {
   EXPECT_TRUE(fx.place.empty());
   ASSERT_EQ(fx.to_streamer.failed.size(), 1u);
   EXPECT_EQ(fx.to_streamer.failed[0].id, 7u);
-  EXPECT_EQ(fx.to_streamer.failed[0].code, errc::overloaded);
+  EXPECT_EQ(fx.to_streamer.failed[0].code, errc::no_replica);
   const auto& m = fx.to_streamer.failed[0].message;
   EXPECT_NE(m.find("replica 1 (w1)"), std::string::npos) << m;
   EXPECT_NE(m.find("connection lost"), std::string::npos) << m;
@@ -477,7 +477,7 @@ TEST(RouterState, NoReplicaFailsANewRequestAsOverloaded) {
   EXPECT_TRUE(fx.place.empty());
   ASSERT_EQ(fx.to_streamer.failed.size(), 1u);
   EXPECT_EQ(fx.to_streamer.failed[0].id, 1u);
-  EXPECT_EQ(fx.to_streamer.failed[0].code, errc::overloaded);
+  EXPECT_EQ(fx.to_streamer.failed[0].code, errc::no_replica);
   EXPECT_NE(fx.to_streamer.failed[0].message.find("no engine replica is available"), std::string::npos);
   EXPECT_EQ(s.stats().refused_no_replica, 1);
   EXPECT_EQ(s.stats().placed, 0);
