@@ -262,6 +262,7 @@ class Stream:
         self.retry_after = None
         self.first_chunk = threading.Event()
         self.done = threading.Event()
+        self.hang_up_after = None  # close the connection after this many chunks (a client going away)
 
     @property
     def text(self):
@@ -302,6 +303,8 @@ class Stream:
                     if content:
                         self.chunks.append((time.monotonic(), content))
                         self.first_chunk.set()
+                if self.hang_up_after is not None and len(self.chunks) >= self.hang_up_after:
+                    break
                     if c.get("finish_reason"):
                         self.finish_reason = c["finish_reason"]
             conn.close()

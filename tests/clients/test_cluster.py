@@ -389,6 +389,35 @@ def test_no_replica_left_fails_clearly_and_recovers_when_a_worker_joins(referenc
             workers_stop(w1, *([w2] if w2 else []))
 
 
+# ---- 6b. a client going away frees the remote sequence ---------------------------------------------------
+
+
+def test_a_client_hanging_up_frees_the_remote_sequences_kv(reference):
+    """Closed sockets cancel through the router to the worker that holds the sequences: the worker's
+    KV returns to idle long before the streams would have ended."""
+    with Front("--set", "cluster.local_replica=false") as f:
+        w = Worker(f.cluster, name="remote")
+        try:
+            idle = f.wait_for(lambda r: any(x["name"] == "remote" and x["state"] == "ready" and x["kv_blocks_available"] > 0
+                                            for x in r.get("replicas", [])), what="the worker ready")
+            rid, idle_kv = next((x["id"], x["kv_blocks_available"]) for x in idle["router"]["replicas"] if x["name"] == "remote")
+            streams = []
+            for p, n, params in specs(DRAIN_TOKENS, PROMPTS[:4]):
+                st = Stream(f.port, p, n, ignore_eos=True, **params)
+                st.hang_up_after = 4
+                streams.append(st.start())
+            t0 = time.monotonic()
+            for st in streams:
+                assert st.done.wait(STREAM_TIMEOUT_S)
+                assert len(st.chunks) == 4, (st.prompt, len(st.chunks), st.error)
+            # 640 tokens each would take far longer on one thread; the hang-ups free them at once.
+            f.wait_idle([rid], {rid: idle_kv}, timeout=10)
+            assert time.monotonic() - t0 < 15
+            assert f.metric("troupe_migrations_total", lambda v: v == 0, timeout=1) == 0
+        finally:
+            workers_stop(w)
+
+
 # ---- 7. real hosts: network namespaces, a partition ----------------------------------------------------
 
 class Netns:
