@@ -35,6 +35,10 @@ class gguf_codec final : public text_codec {
     // The template writes bos itself where the model wants one.
     return tok_.encode_checked(*text, false, true);
   }
+  result<std::vector<int32_t>> encode_text(const std::string& text, bool add_special, bool parse_special) const override {
+    return tok_.encode_checked(text, add_special && tok_.add_bos_default(), parse_special);
+  }
+  std::string token_piece(int32_t id) const override { return tok_.token_to_piece(id, true); }
   std::unique_ptr<incremental_decoder> decoder() const override { return std::make_unique<gguf_decoder>(tok_); }
   std::vector<int32_t> eog_tokens() const override { return tok_.eog_ids(); }
   int32_t n_vocab() const override { return tok_.n_vocab(); }
@@ -91,6 +95,14 @@ class byte_codec final : public text_codec {
       text += m.role + ": " + m.content + "\n";
     }
     return encode_prompt(text + "assistant: ");
+  }
+  result<std::vector<int32_t>> encode_text(const std::string& text, bool, bool) const override {
+    return encode_prompt(text);
+  }
+  std::string token_piece(int32_t id) const override {
+    if (id < 0 || id >= n_vocab_) return {};
+    if (id < 256) return std::string(1, static_cast<char>(id));
+    return id == eog_ ? std::string() : "<" + std::to_string(id) + ">";
   }
   std::unique_ptr<incremental_decoder> decoder() const override { return std::make_unique<byte_decoder>(eog_); }
   std::vector<int32_t> eog_tokens() const override { return {eog_}; }

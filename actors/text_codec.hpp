@@ -33,6 +33,13 @@ class text_codec {
   virtual result<std::vector<int32_t>> encode_prompt(const std::string& text) const = 0;
   // A conversation, rendered with the model's chat template and an assistant turn opened.
   virtual result<std::vector<int32_t>> encode_chat(const std::vector<chat_message>& messages) const = 0;
+  // Text as it is, for /tokenize: a leading bos only with `add_special` (and where the model's
+  // default wants one); special-token text read as those tokens with `parse_special`.
+  virtual result<std::vector<int32_t>> encode_text(const std::string& text, bool add_special,
+                                                   bool parse_special) const = 0;
+  // The bytes one token stands for, special tokens spelled out (may be part of a UTF-8
+  // sequence); "" for an id outside the vocabulary.
+  virtual std::string token_piece(int32_t id) const = 0;
   virtual std::unique_ptr<incremental_decoder> decoder() const = 0;
   // Tokens that end generation.
   virtual std::vector<int32_t> eog_tokens() const = 0;

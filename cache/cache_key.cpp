@@ -13,9 +13,9 @@ bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' |
 
 }  // namespace
 
-cache_query cache_query::from_messages(const std::vector<message_view>& messages, bool cache_requested) {
+cache_query cache_query::from_messages(const std::vector<message_view>& messages, cache_choice cache) {
   cache_query q;
-  q.cache_requested = cache_requested;
+  q.cache = cache;
   size_t last_user = messages.size();
   for (size_t i = messages.size(); i-- > 0;) {
     if (messages[i].role == "user") {
@@ -37,10 +37,10 @@ cache_query cache_query::from_messages(const std::vector<message_view>& messages
   return q;
 }
 
-cache_query cache_query::from_prompt(std::string prompt, bool cache_requested) {
+cache_query cache_query::from_prompt(std::string prompt, cache_choice cache) {
   cache_query q;
   q.question = std::move(prompt);
-  q.cache_requested = cache_requested;
+  q.cache = cache;
   return q;
 }
 

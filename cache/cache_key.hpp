@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/cache_choice.hpp"
 #include "cache/semantic/cache_record.hpp"
 #include "model/sampler.hpp"
 
@@ -37,13 +38,14 @@ struct cache_query {
   bool logprobs = false;          // each token's logprob is reported
   std::string context;            // fingerprinted, never embedded
   std::string question;           // embedded (after normalize_question)
-  bool cache_requested = false;   // the request asked for caching explicitly (`cache: true`)
+  cache_choice cache = cache_choice::automatic;  // the request's `cache` field
 
   // The texts only. The last "user" message is the question; every other message (system
   // prompt, earlier turns, anything after it) is context, with its role.
-  static cache_query from_messages(const std::vector<message_view>& messages, bool cache_requested = false);
+  static cache_query from_messages(const std::vector<message_view>& messages,
+                                   cache_choice cache = cache_choice::automatic);
   // A raw prompt: all question, no context.
-  static cache_query from_prompt(std::string prompt, bool cache_requested = false);
+  static cache_query from_prompt(std::string prompt, cache_choice cache = cache_choice::automatic);
 };
 
 // Whitespace runs become one space, leading and trailing whitespace goes. Case and accents are

@@ -1,6 +1,7 @@
 // The HTTP session of one connection (the listener, server.cpp, hands it over): routing, the
-// OpenAI-compatible endpoints (plain JSON and server-sent events), /health, /metrics,
-// /v1/models, /admin, the chat page, and the upgrade to WebSocket (ws_session.cpp). Each
+// OpenAI-compatible endpoints (plain JSON and server-sent events), /v1/embeddings, /tokenize
+// and /detokenize, /health, /metrics, /v1/models, /admin, the chat page, and the upgrade to
+// WebSocket (ws_session.cpp). Each
 // connection runs on its own strand; pipeline events arrive on actor threads and are posted
 // onto it, so a session's state is only touched on its strand.
 #include <boost/asio/dispatch.hpp>
@@ -22,6 +23,7 @@
 #include "net/chat_page.hpp"
 #include "net/detail/server_context.hpp"
 #include "net/openai_codec.hpp"
+#include "net/tokenize_codec.hpp"
 
 namespace troupe::net::detail {
 
@@ -217,6 +219,29 @@ class http_session : public std::enable_shared_from_this<http_session> {
       }
       return start_completion(std::move(*parsed.request), who->first);
     }
+    if (path == "/tokenize" || path == "/detokenize" || path == "/v1/embeddings") {
+      endpoint_ = path == "/tokenize" ? "tokenize" : path == "/detokenize" ? "detokenize" : "embeddings";
+      if (method != http::verb::post) return method_not_allowed("POST");
+      if (!authorise(req)) return send_error(unauthorised());
+      if (path == "/tokenize") {
+        auto p = parse_tokenize_request(req.body());
+        if (!p.query) return send_error(p.error);
+        return await_reply<tokenized>([&](auto done) { ctx_.inf.tokenize(std::move(*p.query), std::move(done)); },
+                                      [](const tokenized& t) { return tokenize_json(t); });
+      }
+      if (path == "/detokenize") {
+        auto p = parse_detokenize_request(req.body());
+        if (!p.tokens) return send_error(p.error);
+        return await_reply<std::string>(
+            [&](auto done) { ctx_.inf.detokenize(std::move(*p.tokens), std::move(done)); },
+            [](const std::string& text) { return detokenize_json(text); });
+      }
+      auto p = parse_embedding_request(req.body());
+      if (!p.query) return send_error(p.error);
+      const bool base64 = p.query->base64;
+      return await_reply<embedding_result>([&](auto done) { ctx_.inf.embed(std::move(*p.query), std::move(done)); },
+                                           [base64](const embedding_result& r) { return embeddings_json(r, base64); });
+    }
     endpoint_ = "other";
     api_error e = bad_status(404, "no such endpoint: " + std::string(req.method_string()) + " " + path, "not_found");
     e.type = "invalid_request_error";
@@ -227,6 +252,28 @@ class http_session : public std::enable_shared_from_this<http_session> {
     api_error e = bad_status(401, "a valid API key is required: send 'Authorization: Bearer <key>'", "invalid_api_key");
     e.type = "authentication_error";
     return e;
+  }
+
+  // A request the pipeline answers once, off the I/O threads (net::inference's tokenize,
+  // detokenize, embed): `start` hands it a callback; the answer is written on this strand.
+  template <class T, class Start, class Write>
+  void await_reply(Start start, Write write) {
+    stream_.expires_never();
+    std::weak_ptr<http_session> w = weak_from_this();
+    start([w, write](inference::reply<T> r) {
+      auto s = w.lock();
+      if (!s) return;
+      auto ex = s->stream_.get_executor();
+      asio::post(ex, [s = std::move(s), r = std::move(r), write] {
+        if (s->closed_) return;
+        if (r.error) {
+          if (r.error->status == 503 || r.error->status == 429) s->retry_after_s_ = r.error->status == 503 ? 5 : 1;
+          return s->send_error(*r.error);
+        }
+        s->send(http::status::ok, write(r.value), "application/json");
+      });
+    });
+    watch_disconnect();  // notices a client that goes away, and keeps this session alive meanwhile
   }
 
   void method_not_allowed(const char* allowed) {

@@ -5,10 +5,15 @@
 // sessions see only this and the client's request_handle, a plain value: no actor behaviour is
 // compiled with Beast (see CAF-0.17-NOTES: Beast + CAF in one translation unit is slow to build).
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "actors/client.hpp"
 #include "actors/request.hpp"
+#include "net/api_error.hpp"
+#include "net/openai_codec.hpp"
+#include "net/tokenize_codec.hpp"
 
 namespace troupe::net {
 
@@ -41,6 +46,37 @@ class inference {
   }
   // Details for /health as JSON object members (`"cache":{...}`), possibly cached; may be empty.
   virtual std::string health_details() const { return {}; }
+
+  // The answer of a request that is not a generation (/tokenize, /detokenize, /v1/embeddings):
+  // a value, or the error to answer with (400 naming the field, 404 unknown_model, 503 loading).
+  template <class T>
+  struct reply {
+    std::optional<api_error> error;
+    T value;
+  };
+  // Each runs `done` exactly once, from any thread: the work (tokenizing a MiB, embedding 2048
+  // texts) is done off the I/O threads. The defaults answer 404: not served here.
+  virtual void tokenize(tokenize_query q, std::function<void(reply<tokenized>)> done) {
+    (void)q;
+    done({not_served("/tokenize"), {}});
+  }
+  // Ids outside the vocabulary are a 400 naming `tokens[i]`.
+  virtual void detokenize(std::vector<int32_t> tokens, std::function<void(reply<std::string>)> done) {
+    (void)tokens;
+    done({not_served("/detokenize"), {}});
+  }
+  // `model` empty or a name the embedder answers to; `dimensions` 0 or the embedder's.
+  virtual void embed(embedding_query q, std::function<void(reply<embedding_result>)> done) {
+    (void)q;
+    done({not_served("/v1/embeddings"), {}});
+  }
+
+ protected:
+  static api_error not_served(const std::string& what) {
+    api_error e = bad_request(what + " is not served here", {}, "not_found");
+    e.status = 404;
+    return e;
+  }
 };
 
 }  // namespace troupe::net

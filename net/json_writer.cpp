@@ -32,6 +32,15 @@ size_t utf8_len(std::string_view s, size_t i) {
 
 }  // namespace
 
+bool is_valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_len(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
 void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
   for (size_t i = 0; i < s.size();) {
@@ -129,6 +138,18 @@ json_writer& json_writer::value(int64_t v) {
 json_writer& json_writer::value(uint64_t v) {
   separate();
   out_ += std::to_string(v);
+  return *this;
+}
+
+json_writer& json_writer::value_float32(float v) {
+  separate();
+  if (!std::isfinite(v)) {
+    out_ += "null";
+    return *this;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  out_ += buf;
   return *this;
 }
 

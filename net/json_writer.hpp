@@ -12,6 +12,9 @@ namespace troupe::net {
 // Appends `s` to `out` as a quoted, escaped JSON string.
 void append_json_string(std::string& out, std::string_view s);
 
+// Whether `s` is well-formed UTF-8 (no overlong forms, no surrogates).
+bool is_valid_utf8(std::string_view s);
+
 class json_writer {
  public:
   json_writer& begin_object();
@@ -26,6 +29,8 @@ class json_writer {
   json_writer& value(int32_t v) { return value(static_cast<int64_t>(v)); }
   json_writer& value(uint64_t v);
   json_writer& value(double v);
+  // A float with every digit it needs to read back the same (value(double) writes 6).
+  json_writer& value_float32(float v);
   json_writer& value(bool v);
   json_writer& null();
   // key + value in one call.

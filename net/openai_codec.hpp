@@ -1,13 +1,14 @@
 #pragma once
 // The OpenAI-compatible HTTP API's codec, free of sockets and actors so that tests drive it
 // directly: requests (`/v1/chat/completions`, `/v1/completions`) parsed into a request_spec,
-// and their responses, SSE chunks, `/v1/models` and error bodies. (The WebSocket protocol is
+// and their responses, SSE chunks, `/v1/models`, `/v1/embeddings` and error bodies. (The WebSocket protocol is
 // ws_protocol.hpp.) Parsing uses simdjson; writing uses json_writer. A parse failure is an
 // api_error that names the field, with the HTTP status it maps to.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "actors/request.hpp"
 #include "net/api_error.hpp"
@@ -65,5 +66,34 @@ std::string chat_chunk_json(const completion_result& head, const chunk_spec& c);
 std::string text_chunk_json(const completion_result& head, const chunk_spec& c);
 
 std::string models_json(const std::string& model_name, int64_t created);
+
+// POST /v1/embeddings: `input` a string or an array of strings (at most max_embedding_inputs;
+// token-id arrays are refused by name), `model`, `encoding_format` ("float" or "base64"),
+// `dimensions`; `user` is accepted and ignored. Which models and dimensions exist only the
+// pipeline knows (net::inference::embed).
+inline constexpr size_t max_embedding_inputs = 2048;
+
+struct embedding_query {
+  std::vector<std::string> inputs;
+  std::string model;        // as the client wrote it; "" when absent
+  int64_t dimensions = 0;   // 0: not asked (the embedder's own)
+  bool base64 = false;      // encoding_format "base64"
+};
+
+struct parsed_embedding {
+  std::optional<embedding_query> query;
+  api_error error;  // when !query
+};
+parsed_embedding parse_embedding_request(std::string_view body);
+
+struct embedding_result {
+  std::vector<std::vector<float>> vectors;  // one per input, in order
+  std::string model;                        // echoed back
+  int64_t prompt_tokens = 0;                // the embedder's tokens over all inputs
+};
+
+// {"object":"list","data":[{"object":"embedding","index":i,"embedding":[...]}],"model":..,"usage":{..}};
+// with `base64` each embedding is its little-endian float32 bytes in base64, as OpenAI sends it.
+std::string embeddings_json(const embedding_result& r, bool base64);
 
 }  // namespace troupe::net

@@ -140,7 +140,7 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
   r.arrival_us = now_us;
   const int64_t deadline_ms = spec.deadline_ms > 0 ? spec.deadline_ms : cfg_.default_deadline_ms;
   r.deadline_us = deadline_ms > 0 ? now_us + deadline_ms * 1000 : 0;
-  r.cache_requested = spec.cache;
+  r.cache = spec.cache;
   if (spec.prompt_tokens.empty()) {
     if (spec.messages.empty()) {
       r.prompt_text = spec.prompt;

@@ -7,12 +7,12 @@ namespace troupe::actors {
 cache::cache_query query_of(const admitted_request& r) {
   cache::cache_query q;
   if (r.messages.empty()) {
-    q = cache::cache_query::from_prompt(r.prompt_text, r.cache_requested);
+    q = cache::cache_query::from_prompt(r.prompt_text, r.cache);
   } else {
     std::vector<cache::message_view> messages;
     messages.reserve(r.messages.size());
     for (const auto& m : r.messages) messages.push_back({m.role, m.content});
-    q = cache::cache_query::from_messages(messages, r.cache_requested);
+    q = cache::cache_query::from_messages(messages, r.cache);
   }
   q.id = r.id;
   q.model = r.model;

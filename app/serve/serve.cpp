@@ -4,10 +4,12 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <deque>
 #include <mutex>
 #include <thread>
 
@@ -18,6 +20,8 @@
 #include "app/serve/cluster.hpp"
 #include "actors/supervisor/pipeline.hpp"
 #include "actors/runtime.hpp"
+#include "cache/embed/embedder.hpp"
+#include "cache/embed/minilm_embedder.hpp"
 #include "model/llama_model.hpp"
 #include "net/json_writer.hpp"
 #include "net/metrics.hpp"
@@ -33,10 +37,76 @@ std::string stem(const std::string& path) {
   return f;
 }
 
+// One thread running jobs in order, started with the first: work that must not run on an I/O
+// thread. A bounded queue: past `max_queued` waiting jobs, post() refuses.
+class job_thread {
+ public:
+  explicit job_thread(size_t max_queued) : max_queued_(max_queued) {}
+  ~job_thread() { stop(); }
+
+  bool post(std::function<void()> job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || jobs_.size() >= max_queued_) return false;
+    jobs_.push_back(std::move(job));
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    cv_.notify_one();
+    return true;
+  }
+
+  // Finishes the running job; those still waiting are dropped (their callers are going away).
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      jobs_.clear();
+      cv_.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (stopping_) return;
+      auto job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+
+  const size_t max_queued_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::thread thread_;
+  bool stopping_ = false;
+};
+
+net::api_error loading_error() {
+  return net::from_pipeline_error({0, "loading", "the model is still loading; retry shortly", 5000});
+}
+
+net::api_error busy_error(const char* what) {
+  net::api_error e = net::from_pipeline_error({0, actors::errc::overloaded, std::string("too many ") + what +
+                                                   " requests are waiting; retry shortly", 1000});
+  return e;
+}
+
 // net::inference over a pipeline that is started in the background.
 class pipeline_inference : public net::inference {
  public:
   explicit pipeline_inference(std::string name) : name_(std::move(name)) {}
+
+  // The embedder /v1/embeddings uses: the response cache's (by its config name and options),
+  // an instance of its own, loaded on the first request.
+  void set_embedder(std::string name, cache::embedder_options opts) {
+    embedder_name_ = std::move(name);
+    embedder_opts_ = std::move(opts);
+  }
 
   bool ready() const override { return ready_.load(); }
   std::string model_name() const override { return name_; }
@@ -83,6 +153,62 @@ class pipeline_inference : public net::inference {
   std::string health_details() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return health_;
+  }
+
+  // Tokenizing and detokenizing run on their own thread (a MiB of text takes a while), so that a
+  // long embedding batch does not hold them up.
+  void tokenize(net::tokenize_query q, std::function<void(reply<net::tokenized>)> done) override {
+    auto codec = codec_now();
+    if (!codec) return done({loading_error(), {}});
+    auto job = [codec, q = std::move(q), done]() {
+      auto ids = codec->encode_text(q.content, q.add_special, q.parse_special);
+      if (!ids) return done({net::bad_request("'content' cannot be tokenized: " + ids.error(), "content"), {}});
+      net::tokenized t;
+      t.tokens = std::move(ids.value());
+      if (q.with_pieces) {
+        t.pieces.reserve(t.tokens.size());
+        for (int32_t id : t.tokens) t.pieces.push_back(codec->token_piece(id));
+      }
+      done({std::nullopt, std::move(t)});
+    };
+    if (!text_jobs_.post(job)) done({busy_error("tokenize"), {}});
+  }
+
+  void detokenize(std::vector<int32_t> tokens, std::function<void(reply<std::string>)> done) override {
+    auto codec = codec_now();
+    if (!codec) return done({loading_error(), {}});
+    const int32_t n_vocab = codec->n_vocab();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] >= n_vocab) {
+        const std::string at = "tokens[" + std::to_string(i) + "]";
+        return done({net::bad_request("'" + at + "' = " + std::to_string(tokens[i]) + " is outside the vocabulary (0.." +
+                                          std::to_string(n_vocab - 1) + ")",
+                                      at),
+                     {}});
+      }
+    }
+    auto job = [codec, tokens = std::move(tokens), done]() {
+      // The streamer's decoder: the text a generation of these tokens would have shown.
+      auto d = codec->decoder();
+      std::string text;
+      for (int32_t id : tokens) text += d->push(id);
+      text += d->flush();
+      done({std::nullopt, std::move(text)});
+    };
+    if (!text_jobs_.post(job)) done({busy_error("detokenize"), {}});
+  }
+
+  void embed(net::embedding_query q, std::function<void(reply<net::embedding_result>)> done) override {
+    // The embedder's own thread: its model runs there, one text after the other (MiniLM
+    // serialises its calls anyway), the whole list as one job.
+    auto job = [this, q = std::move(q), done]() { done(embed_now(q)); };
+    if (!embed_jobs_.post(job)) done({busy_error("embedding"), {}});
+  }
+
+  // Joins the worker threads; a request still waiting there gets no answer (its server is going).
+  void stop_jobs() {
+    text_jobs_.stop();
+    embed_jobs_.stop();
   }
 
   void set(std::unique_ptr<actors::pipeline> p) {
@@ -152,6 +278,7 @@ class pipeline_inference : public net::inference {
   }
 
   void stop() {
+    stop_jobs();
     std::unique_ptr<actors::client> c;
     std::unique_ptr<actors::pipeline> p;
     {
@@ -175,6 +302,77 @@ class pipeline_inference : public net::inference {
   bool busy_since_trim_ = false;  // the poller thread's
   std::function<void(const std::string&, std::function<void(admin_reply)>)> admin_;
   std::function<std::string()> extra_metrics_;
+  // /tokenize, /detokenize and /v1/embeddings.
+  std::string embedder_name_ = "minilm";
+  cache::embedder_options embedder_opts_;
+  std::unique_ptr<cache::embedder> embedder_;  // the embed thread's, made on first use
+  job_thread text_jobs_{256};
+  job_thread embed_jobs_{64};
+
+  std::shared_ptr<const actors::text_codec> codec_now() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pipeline_ ? pipeline_->codec() : nullptr;
+  }
+
+  // The names /v1/embeddings answers to: the served model's, the embedder's config name
+  // ("minilm"), its model folder's ("all-MiniLM-L6-v2") and its full name ("minilm/256/f16").
+  std::vector<std::string> embedding_model_names() const {
+    std::vector<std::string> names{name_, embedder_name_};
+    std::string dir = embedder_opts_.model_dir;
+    while (!dir.empty() && dir.back() == '/') dir.pop_back();
+    if (auto slash = dir.find_last_of('/'); slash != std::string::npos) dir = dir.substr(slash + 1);
+    if (!dir.empty() && embedder_name_ == "minilm") names.push_back(dir);
+    if (embedder_) names.push_back(embedder_->name());
+    return names;
+  }
+
+  // On the embed thread.
+  reply<net::embedding_result> embed_now(const net::embedding_query& q) {
+    reply<net::embedding_result> out;
+    if (!embedder_) {
+      auto made = cache::embedder_registry().make(embedder_name_, embedder_opts_);
+      if (!made) {
+        net::api_error e = net::from_pipeline_error({0, "loading", "the embedder '" + embedder_name_ +
+                                                                      "' is not available: " + made.error(), 0});
+        e.code = "embedder_unavailable";
+        out.error = e;
+        return out;
+      }
+      embedder_ = std::move(made.value());
+    }
+    const auto names = embedding_model_names();
+    if (!q.model.empty() && std::find(names.begin(), names.end(), q.model) == names.end()) {
+      std::string list;
+      for (const auto& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
+      net::api_error e = net::from_pipeline_error(
+          {0, actors::errc::unknown_model, "model '" + q.model + "' does not make embeddings here (use one of " + list + ")", 0});
+      e.param = "model";
+      out.error = e;
+      return out;
+    }
+    if (q.dimensions != 0 && q.dimensions != embedder_->dimension()) {
+      out.error = net::bad_request("'dimensions' must be " + std::to_string(embedder_->dimension()) + " (" +
+                                       embedder_->name() + " makes vectors of that size only)",
+                                   "dimensions");
+      return out;
+    }
+    auto* minilm = dynamic_cast<const cache::minilm_embedder*>(embedder_.get());
+    out.value.model = q.model.empty() ? embedder_name_ : q.model;
+    out.value.vectors.reserve(q.inputs.size());
+    for (size_t i = 0; i < q.inputs.size(); ++i) {
+      auto v = embedder_->embed(q.inputs[i]);
+      if (!v) {
+        const std::string at = q.inputs.size() == 1 ? "input" : "input[" + std::to_string(i) + "]";
+        out.error = net::bad_request("'" + at + "' cannot be embedded: " + v.error(), at);
+        return out;
+      }
+      out.value.vectors.push_back(std::move(v.value()));
+      // The embedder's own tokens ([CLS] and [SEP] included, cut to its window); other embedders
+      // have none to count.
+      if (minilm) out.value.prompt_tokens += static_cast<int64_t>(minilm->token_ids(q.inputs[i]).size());
+    }
+    return out;
+  }
 };
 
 }  // namespace
@@ -199,7 +397,10 @@ struct serve_instance::impl {
   explicit impl(serve_options o) :
       opts(std::move(o)),
       rt(opts.config.cluster.listen.empty() ? actors::runtime_options{} : cluster_runtime(opts.config.cluster)),
-      inf(opts.config.model.name.empty() ? stem(opts.config.model.path) : opts.config.model.name) {}
+      inf(opts.config.model.name.empty() ? stem(opts.config.model.path) : opts.config.model.name) {
+    const auto& semantic = opts.config.pipeline.cache.semantic;
+    inf.set_embedder(semantic.embedder, semantic.embedder_opts);
+  }
 
   void load() {
     std::string err;
@@ -245,6 +446,7 @@ struct serve_instance::impl {
     }
     if (loader.joinable()) loader.join();
     if (poller.joinable()) poller.join();
+    inf.stop_jobs();  // before the server: a job's answer goes to a session of its io_context
     std::vector<std::thread> admins;
     {
       std::lock_guard<std::mutex> lock(mu);

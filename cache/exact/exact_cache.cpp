@@ -3,6 +3,7 @@
 namespace troupe::cache {
 
 bool exact_cache::cacheable(const cache_query& q) {
+  if (q.cache == cache_choice::refused) return false;
   const auto& p = q.sampling;
   return (p.temperature <= 0.0f || p.seed != 0) && p.n_logprobs == 0;
 }

@@ -4,7 +4,8 @@
 // (sampling parameters, max_tokens, stop strings, end-of-generation tokens): cache/cache_key.hpp's
 // exact_key. The value is the completion's tokens and finish reason, replayed through the
 // streamer on a hit. Only reproducible answers are cached: greedy ones, or sampled ones with an
-// explicit seed (the sampler is seed-deterministic), and none that ask for top logprobs. LRU
+// explicit seed (the sampler is seed-deterministic), and none that ask for top logprobs or refuse
+// the cache (`cache: false`: neither looked up nor stored). LRU
 // beyond max_entries. The semantic cache (cache/semantic/) is the default policy; this one is
 // policy "exact".
 #include <cstdint>

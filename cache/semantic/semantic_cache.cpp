@@ -60,7 +60,8 @@ semantic_cache::~semantic_cache() {
 }
 
 bool semantic_cache::cacheable(const cache_query& q) {
-  return (q.sampling.temperature <= 0.0f || q.cache_requested) && q.sampling.n_logprobs == 0;
+  if (q.cache == cache_choice::refused) return false;
+  return (q.sampling.temperature <= 0.0f || q.cache == cache_choice::requested) && q.sampling.n_logprobs == 0;
 }
 
 int64_t semantic_cache::now_ms() const {

@@ -103,8 +103,9 @@ class semantic_cache {
   semantic_cache(const semantic_cache&) = delete;
   semantic_cache& operator=(const semantic_cache&) = delete;
 
-  // Deterministic requests only: greedy, or an explicit cache request (q.cache_requested);
-  // never with top logprobs (they are not stored).
+  // Deterministic requests only: greedy, or an explicit cache request (`cache: true`); never
+  // with top logprobs (they are not stored), and never when the request refused the cache
+  // (`cache: false`, greedy or not).
   static bool cacheable(const cache_query& q);
 
   // A hit, or nullopt. A miss of a cacheable request is remembered by id so that its answer can

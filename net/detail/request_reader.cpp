@@ -120,7 +120,11 @@ void read_common(reader& r, actors::request_spec& s) {
   }
   r.int_as("priority", s.priority);
   r.boolean("ignore_eos", s.ignore_eos);
-  r.boolean("cache", s.cache);
+  // Absent (or null) leaves the cache's own rule; true and false choose.
+  if (auto e = r.get("cache")) {
+    if (e->is_bool()) s.cache = bool(*e) ? cache::cache_choice::requested : cache::cache_choice::refused;
+    else r.wrong("cache", "a boolean", *e);
+  }
   int64_t deadline = 0;
   r.integer("deadline_ms", deadline);
   s.deadline_ms = deadline;

@@ -11,10 +11,10 @@ TEST(CacheQuery, TheLastUserMessageIsTheQuestion) {
   EXPECT_NE(q.context.find("Be brief."), std::string::npos);
   EXPECT_NE(q.context.find("Hello!"), std::string::npos);
   EXPECT_EQ(q.context.find("Capital"), std::string::npos);
-  auto p = cache_query::from_prompt("raw prompt", true);
+  auto p = cache_query::from_prompt("raw prompt", cache_choice::requested);
   EXPECT_EQ(p.question, "raw prompt");
   EXPECT_TRUE(p.context.empty());
-  EXPECT_TRUE(p.cache_requested);
+  EXPECT_EQ(p.cache, cache_choice::requested);
   EXPECT_EQ(normalize_question("  a \n\t b  "), "a b");
   EXPECT_EQ(normalize_question("Keep Case"), "Keep Case");
 }

@@ -142,3 +142,77 @@ TEST(openai, responses_and_sse_chunks) {
   auto f = p.parse(chat_chunk_json(r, fin));
   EXPECT_EQ(std::string_view(f["choices"].at(0)["finish_reason"]), "length");
 }
+
+// `cache` is three-way: absent (the cache's own rule), true (opt in), false (bypass the cache).
+TEST(openai, the_cache_field_is_three_way) {
+  using cache::cache_choice;
+  auto absent = chat_with(R"("max_tokens":1)");
+  ASSERT_TRUE(absent.request) << absent.error.message;
+  EXPECT_EQ(absent.request->spec.cache, cache_choice::automatic);
+  auto null = chat_with(R"("cache":null)");
+  ASSERT_TRUE(null.request) << null.error.message;
+  EXPECT_EQ(null.request->spec.cache, cache_choice::automatic);
+  auto yes = chat_with(R"("cache":true)");
+  ASSERT_TRUE(yes.request) << yes.error.message;
+  EXPECT_EQ(yes.request->spec.cache, cache_choice::requested);
+  auto no = parse_openai_request(R"({"prompt":"x","cache":false})", false);
+  ASSERT_TRUE(no.request) << no.error.message;
+  EXPECT_EQ(no.request->spec.cache, cache_choice::refused);
+  auto wrong = chat_with(R"("cache":"no")");
+  ASSERT_FALSE(wrong.request);
+  EXPECT_EQ(wrong.error.param, "cache");
+  EXPECT_NE(wrong.error.message.find("must be a boolean"), std::string::npos);
+}
+
+TEST(openai, parses_embedding_requests) {
+  auto one = parse_embedding_request(R"({"input":"hello","model":"minilm"})");
+  ASSERT_TRUE(one.query) << one.error.message;
+  EXPECT_EQ(one.query->inputs, (std::vector<std::string>{"hello"}));
+  EXPECT_EQ(one.query->model, "minilm");
+  EXPECT_FALSE(one.query->base64);
+  EXPECT_EQ(one.query->dimensions, 0);
+  auto list = parse_embedding_request(
+      R"({"input":["a","b"],"encoding_format":"base64","dimensions":384,"user":"u1","model":"m"})");
+  ASSERT_TRUE(list.query) << list.error.message;
+  EXPECT_EQ(list.query->inputs, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(list.query->base64);
+  EXPECT_EQ(list.query->dimensions, 384);
+}
+
+// Each refusal names its field; token-id input is refused by name rather than misread.
+TEST(openai, bad_embedding_requests_name_the_field) {
+  auto param = [](const char* body) { return parse_embedding_request(body).error.param; };
+  EXPECT_EQ(param(R"({"model":"m"})"), "input");
+  EXPECT_EQ(param(R"({"input":""})"), "input");
+  EXPECT_EQ(param(R"({"input":[]})"), "input");
+  EXPECT_EQ(param(R"({"input":{"text":"x"}})"), "input");
+  EXPECT_EQ(param(R"({"input":[1,2,3]})"), "input");
+  EXPECT_EQ(param(R"({"input":[[1,2],[3]]})"), "input");
+  EXPECT_EQ(param(R"({"input":["a",null]})"), "input[1]");
+  EXPECT_EQ(param(R"({"input":["a",""]})"), "input[1]");
+  EXPECT_EQ(param(R"({"input":"a","encoding_format":"int8"})"), "encoding_format");
+  EXPECT_EQ(param(R"({"input":"a","dimensions":0})"), "dimensions");
+  EXPECT_EQ(param(R"({"input":"a","dimensions":"384"})"), "dimensions");
+  EXPECT_EQ(param(R"({"input":"a","model":7})"), "model");
+  const auto ids = parse_embedding_request(R"({"input":[[1,2]]})");
+  EXPECT_NE(ids.error.message.find("token ids"), std::string::npos);
+  std::string many = R"({"input":[)";
+  for (size_t i = 0; i <= max_embedding_inputs; ++i) many += i ? ",\"x\"" : "\"x\"";
+  EXPECT_EQ(param((many + "]}").c_str()), "input");
+}
+
+TEST(openai, embeddings_json_in_floats_and_base64) {
+  embedding_result r;
+  r.vectors = {{1.0f, -0.5f}, {0.1f, 0.0f}};
+  r.model = "minilm";
+  r.prompt_tokens = 9;
+  const auto f = embeddings_json(r, false);
+  ASSERT_TRUE(valid_json(f)) << f;
+  EXPECT_EQ(f, R"({"object":"list","data":[{"object":"embedding","index":0,"embedding":[1,-0.5]},)"
+               R"({"object":"embedding","index":1,"embedding":[0.100000001,0]}],"model":"minilm",)"
+               R"("usage":{"prompt_tokens":9,"total_tokens":9}})");
+  // Little-endian float32 bytes: 1.0f = 00 00 80 3F, -0.5f = 00 00 00 BF.
+  const auto b = embeddings_json(r, true);
+  ASSERT_TRUE(valid_json(b)) << b;
+  EXPECT_NE(b.find(R"("embedding":"AACAPwAAAL8=")"), std::string::npos) << b;
+}

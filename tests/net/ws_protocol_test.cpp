@@ -80,3 +80,20 @@ TEST(ws_protocol, server_frames_are_json) {
   EXPECT_DOUBLE_EQ(double(df["timings"]["ttft_ms"]), 12.5);
   EXPECT_TRUE(valid_json(error_frame("", "c", "m")));
 }
+
+// A generate frame's `cache` is three-way like the HTTP field: absent, true, false.
+TEST(ws_protocol, the_cache_field_is_three_way) {
+  using cache::cache_choice;
+  auto absent = parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi"})");
+  ASSERT_TRUE(absent.frame) << absent.error.message;
+  EXPECT_EQ(absent.frame->spec.cache, cache_choice::automatic);
+  auto yes = parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","cache":true})");
+  ASSERT_TRUE(yes.frame) << yes.error.message;
+  EXPECT_EQ(yes.frame->spec.cache, cache_choice::requested);
+  auto no = parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","cache":false})");
+  ASSERT_TRUE(no.frame) << no.error.message;
+  EXPECT_EQ(no.frame->spec.cache, cache_choice::refused);
+  auto wrong = parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","cache":1})");
+  ASSERT_FALSE(wrong.frame);
+  EXPECT_EQ(wrong.error.param, "cache");
+}

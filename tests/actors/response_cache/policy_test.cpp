@@ -27,14 +27,14 @@ TEST(response_cache_policy, query_of_an_admitted_chat_splits_its_messages) {
   chat.messages = {{"system", "Be brief."}, {"user", "Capital of France?"}};
   chat.max_tokens = 4;
   chat.stop = {"\n"};
-  chat.cache = true;
+  chat.cache = cache::cache_choice::requested;
   auto d = a.admit(chat, 0);
   ASSERT_TRUE(d.ok) << d.error.message;
   const auto q = query_of(d.request);
   const auto texts = cache::cache_query::from_messages({{"system", "Be brief."}, {"user", "Capital of France?"}});
   EXPECT_EQ(q.context, texts.context);
   EXPECT_EQ(q.question, "Capital of France?");
-  EXPECT_TRUE(q.cache_requested);
+  EXPECT_EQ(q.cache, cache::cache_choice::requested);
   EXPECT_EQ(q.id, d.request.id);
   EXPECT_EQ(q.model, "m");
   EXPECT_EQ(q.prompt, d.request.prompt);
@@ -53,17 +53,19 @@ TEST(response_cache_policy, query_of_a_raw_prompt_or_tokens) {
   auto q = query_of(d.request);
   EXPECT_EQ(q.question, "raw prompt");
   EXPECT_TRUE(q.context.empty());
-  EXPECT_FALSE(q.cache_requested);
+  EXPECT_EQ(q.cache, cache::cache_choice::automatic);
 
   request_spec tokens;
   tokens.prompt_tokens = {104, 105};
   tokens.max_tokens = 4;
+  tokens.cache = cache::cache_choice::refused;  // `cache: false` reaches the query
   d = a.admit(tokens, 0);
   ASSERT_TRUE(d.ok) << d.error.message;
   q = query_of(d.request);
   EXPECT_TRUE(q.question.empty());  // nothing to compare by meaning: only the exact cache serves it
   EXPECT_TRUE(q.context.empty());
   EXPECT_EQ(q.prompt, tokens.prompt_tokens);
+  EXPECT_EQ(q.cache, cache::cache_choice::refused);
 }
 
 TEST(response_cache_policy, answer_of_a_closed_stream) {

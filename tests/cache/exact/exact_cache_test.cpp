@@ -54,6 +54,28 @@ TEST(exact_cache, only_reproducible_and_complete_answers) {
   EXPECT_EQ(c.lookup(areq(6, {2})), nullptr);           // cancelled answers are partial
 }
 
+// `cache: false`: neither served from the cache nor stored in it, greedy or seeded alike.
+TEST(exact_cache, a_refusing_request_is_neither_served_nor_stored) {
+  exact_cache c({true, 8});
+  EXPECT_EQ(c.lookup(areq(1, {1})), nullptr);
+  c.on_closed(closed(1, {5}, "stop"));
+  auto fresh = areq(2, {1});
+  fresh.cache = cache_choice::refused;
+  EXPECT_FALSE(exact_cache::cacheable(fresh));
+  EXPECT_EQ(c.lookup(fresh), nullptr);  // stored, but not served
+  c.on_closed(closed(2, {6}, "stop"));
+  auto seeded = areq(3, {2}, 0.8f, 42);
+  seeded.cache = cache_choice::refused;
+  EXPECT_EQ(c.lookup(seeded), nullptr);
+  c.on_closed(closed(3, {7}, "stop"));
+  EXPECT_EQ(c.stats().stores, 1);
+  EXPECT_EQ(c.stats().lookups, 1);  // the refusing ones were not looked up
+  const auto* e = c.lookup(areq(4, {1}));
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->tokens, (std::vector<int32_t>{5}));
+  EXPECT_EQ(c.lookup(areq(5, {2}, 0.8f, 42)), nullptr);
+}
+
 TEST(exact_cache, evicts_least_recently_used) {
   exact_cache c({true, 2});
   for (uint64_t i = 1; i <= 2; ++i) {

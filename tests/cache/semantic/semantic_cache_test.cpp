@@ -93,11 +93,11 @@ TEST(SemanticCache, OnlyDeterministicRequestsAreCacheable) {
   r.sampling.temperature = 0.7f;
   r.sampling.seed = 42;  // seeded sampling is reproducible, but not asked for: not cached
   EXPECT_FALSE(semantic_cache::cacheable(r));
-  r.cache_requested = true;
+  r.cache = cache_choice::requested;
   EXPECT_TRUE(semantic_cache::cacheable(r));
   r.sampling.temperature = 0;
   r.sampling.n_logprobs = 3;
-  EXPECT_FALSE(semantic_cache::cacheable(r));  // cache_requested still set
+  EXPECT_FALSE(semantic_cache::cacheable(r));  // cache: true still set
 
   fixture f;
   auto c = f.open();
@@ -107,6 +107,34 @@ TEST(SemanticCache, OnlyDeterministicRequestsAreCacheable) {
   c->on_closed(fixture::answer(sampled.id, {5, 6}));
   EXPECT_EQ(c->stats().stores, 0);
   EXPECT_EQ(c->stats().skipped, 1);
+}
+
+// `cache: false` bypasses the cache for any request, greedy too: not looked up (a stored answer
+// is not served) and not stored; the same question without it hits again.
+TEST(SemanticCache, ARefusingRequestIsNeitherServedNorStored) {
+  cache_query r;
+  r.cache = cache_choice::refused;
+  EXPECT_FALSE(semantic_cache::cacheable(r));  // greedy
+
+  fixture f;
+  auto c = f.open();
+  f.teach(*c, "What is the capital of France?", {10, 11, 12});
+  auto fresh = f.request();
+  fresh.cache = cache_choice::refused;
+  EXPECT_FALSE(c->lookup(fixture::ask(fresh, "What is the capital of France?")).has_value());
+  c->on_closed(fixture::answer(fresh.id, {20, 21}));
+  auto other = f.request();
+  other.cache = cache_choice::refused;
+  EXPECT_FALSE(c->lookup(fixture::ask(other, "Where is the Eiffel Tower?")).has_value());
+  c->on_closed(fixture::answer(other.id, {30}));
+  auto st = c->stats();
+  EXPECT_EQ(st.stores, 1);  // only the taught answer
+  EXPECT_EQ(st.skipped, 2);
+  EXPECT_EQ(st.lookups, 1);
+  auto hit = c->lookup(fixture::ask(f.request(), "What is the capital of France?"));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, (std::vector<int32_t>{10, 11, 12}));  // not overwritten by the fresh answer
+  EXPECT_FALSE(c->lookup(fixture::ask(f.request(), "Where is the Eiffel Tower?")).has_value());
 }
 
 TEST(SemanticCache, MissStoresTheAnswerAndTheExactPathHitsWithoutEmbedding) {

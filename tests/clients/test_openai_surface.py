@@ -1,0 +1,252 @@
+"""More of the API surface that OpenAI-client users and llama-server users expect, against a real
+`troupe serve` (real model, an API key, the default semantic response cache):
+- `cache: false` bypasses the response cache for any request, greedy too (HTTP and WebSocket);
+- `POST /tokenize` and `POST /detokenize` in llama-server's shapes;
+- `POST /v1/embeddings` through the official `openai` client (the cache's MiniLM embedder)."""
+import asyncio
+import base64
+import json
+import math
+import secrets
+import struct
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import openai
+import pytest
+from websockets.asyncio.client import connect
+
+from harness import FRAME_TIMEOUT_S, MODEL_NAME, TROUPE_BIN, TROUPE_MODEL, read_until_end, running_server
+
+KEY = "surface-key"
+TIMEOUT_S = 180
+DIM = 384  # all-MiniLM-L6-v2
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_server("--api-key", KEY) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(api_key=KEY, base_url=server.url + "/v1", timeout=TIMEOUT_S, max_retries=0)
+
+
+def post(server, path, body, key=KEY, method="POST"):
+    """(status, parsed JSON body) of a request with a JSON body."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(server.url + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json",
+                                          **({"Authorization": f"Bearer {key}"} if key else {})})
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def cache_counts(server):
+    """The response cache's lookups and hits as /health shows them (refreshed every 2 s)."""
+    time.sleep(2.5)
+    with urllib.request.urlopen(server.url + "/health", timeout=10) as r:
+        c = json.loads(r.read())["cache"]
+    return c["lookups"], c["hits"]
+
+
+# ---- cache: false --------------------------------------------------------------------------------
+
+def test_cache_false_bypasses_the_cache_for_a_greedy_request_over_websocket(server):
+    question = f"Repeat the code word {secrets.token_hex(4)} once."
+
+    async def ask(rid, **extra):
+        async with connect(server.ws_url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+            await ws.send(json.dumps({"type": "generate", "id": rid, "temperature": 0, "max_tokens": 6,
+                                      "messages": [{"role": "user", "content": question}], **extra}))
+            _, done = await read_until_end(ws, rid)
+            assert done["type"] == "done", done
+            return done
+
+    async def body():
+        rid = secrets.token_hex(6)
+        fresh = [await ask(f"{rid}-f{i}", cache=False) for i in range(2)]
+        assert [d["cached"] for d in fresh] == [False, False]
+        # Nor were those answers stored: the first request with the default rule is generated.
+        default = [await ask(f"{rid}-d{i}") for i in range(2)]
+        assert [d["cached"] for d in default] == [False, True]
+        again = await ask(f"{rid}-f2", cache=False)  # a stored answer is not served either
+        assert again["cached"] is False
+
+    asyncio.run(asyncio.wait_for(body(), 3 * FRAME_TIMEOUT_S))
+
+
+def test_cache_false_bypasses_the_cache_over_http(server, client):
+    messages = [{"role": "user", "content": f"Spell the word {secrets.token_hex(3)} backwards."}]
+    lookups0, hits0 = cache_counts(server)
+    kw = dict(model=MODEL_NAME, messages=messages, max_tokens=6, temperature=0)
+    first = client.chat.completions.create(**kw)
+    second = client.chat.completions.create(**kw)  # the default: greedy answers are cached
+    fresh = client.chat.completions.create(**kw, extra_body={"cache": False})
+    assert first.choices[0].message.content == second.choices[0].message.content == fresh.choices[0].message.content
+    lookups, hits = cache_counts(server)
+    assert (lookups - lookups0, hits - hits0) == (2, 1), "cache: false must neither look up nor hit"
+
+
+def test_cache_must_be_a_boolean(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+                                       extra_body={"cache": "no"})
+    assert e.value.body["param"] == "cache"
+
+
+# ---- /tokenize and /detokenize ---------------------------------------------------------------------
+
+UNICODE_TEXT = "Grüße aus Zürich, 東京 и Москва! 🎉🧪 naïve café — done.\n\tTabs too."
+
+
+def troupe_tokenize(text):
+    out = subprocess.run([str(TROUPE_BIN), "tokenize", "-m", str(TROUPE_MODEL), text], check=True,
+                         capture_output=True, text=True, timeout=120).stdout
+    return [int(x) for x in out.split()]
+
+
+def test_tokenize_round_trips_unicode_text_and_agrees_with_troupe_tokenize(server):
+    status, tok = post(server, "/tokenize", {"content": UNICODE_TEXT})
+    assert status == 200, tok
+    assert tok["tokens"] == troupe_tokenize(UNICODE_TEXT)
+    status, detok = post(server, "/detokenize", {"tokens": tok["tokens"]})
+    assert status == 200, detok
+    assert detok == {"content": UNICODE_TEXT}
+
+
+def test_tokenize_with_pieces_spells_the_text(server):
+    status, plain = post(server, "/tokenize", {"content": UNICODE_TEXT})
+    status, tok = post(server, "/tokenize", {"content": UNICODE_TEXT, "with_pieces": True, "add_special": False})
+    assert status == 200, tok
+    assert [t["id"] for t in tok["tokens"]] == plain["tokens"]
+    # A piece is a string, or (part of a UTF-8 sequence) the list of its byte values.
+    joined = b"".join(p.encode() if isinstance(p, str) else bytes(p) for p in (t["piece"] for t in tok["tokens"]))
+    assert joined.decode() == UNICODE_TEXT
+    assert any(isinstance(t["piece"], list) for t in tok["tokens"]), "the emoji should split into byte pieces"
+
+
+def test_tokenize_parses_special_tokens_unless_told_not_to(server):
+    text = "<|im_start|>user"
+    _, special = post(server, "/tokenize", {"content": text})
+    _, plain = post(server, "/tokenize", {"content": text, "parse_special": False})
+    assert len(special["tokens"]) < len(plain["tokens"])
+    assert plain["tokens"] == troupe_tokenize(text)
+    _, empty = post(server, "/tokenize", {"content": ""})
+    assert empty == {"tokens": []}
+
+
+@pytest.mark.parametrize("path, body, param", [
+    ("/tokenize", {}, "content"),
+    ("/tokenize", {"content": 5}, "content"),
+    ("/tokenize", {"content": "x", "add_special": "yes"}, "add_special"),
+    ("/tokenize", {"content": "x", "with_pieces": 1}, "with_pieces"),
+    ("/detokenize", {}, "tokens"),
+    ("/detokenize", {"tokens": "1 2"}, "tokens"),
+    ("/detokenize", {"tokens": [1, "2"]}, "tokens[1]"),
+    ("/detokenize", {"tokens": [1, 2.5]}, "tokens[1]"),
+    ("/detokenize", {"tokens": [1, -1]}, "tokens[1]"),
+    ("/detokenize", {"tokens": [1, 2, 10_000_000]}, "tokens[2]"),
+])
+def test_bad_tokenize_input_is_400_naming_the_field(server, path, body, param):
+    status, r = post(server, path, body)
+    assert status == 400, r
+    assert r["error"]["param"] == param, r
+    assert param.split("[")[0] in r["error"]["message"]
+
+
+def test_tokenize_needs_the_api_key_and_post(server):
+    status, r = post(server, "/tokenize", {"content": "x"}, key=None)
+    assert status == 401 and r["error"]["code"] == "invalid_api_key"
+    status, r = post(server, "/detokenize", {"tokens": [1]}, key="wrong")
+    assert status == 401
+    req = urllib.request.Request(server.url + "/tokenize", headers={"Authorization": f"Bearer {KEY}"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    assert e.value.code == 405
+
+
+# ---- /v1/embeddings --------------------------------------------------------------------------------
+
+def dot(a, b):
+    return sum(x * y for x, y in zip(a, b))
+
+
+def test_embedding_of_a_string(client):
+    r = client.embeddings.create(model=MODEL_NAME, input="The cat sat on the mat.")
+    assert r.object == "list"
+    assert r.model == MODEL_NAME
+    assert len(r.data) == 1 and r.data[0].index == 0 and r.data[0].object == "embedding"
+    v = r.data[0].embedding
+    assert len(v) == DIM
+    assert math.isclose(math.sqrt(dot(v, v)), 1.0, abs_tol=1e-4)
+    assert r.usage.prompt_tokens > 0 and r.usage.total_tokens == r.usage.prompt_tokens
+
+
+def test_embeddings_of_a_list_put_a_paraphrase_closer_than_an_unrelated_sentence(client):
+    texts = ["How do I reset my password?", "What are the steps to change my password?",
+             "The volcano erupted last night near the coast."]
+    r = client.embeddings.create(model="minilm", input=texts)
+    assert r.model == "minilm"
+    assert [d.index for d in r.data] == [0, 1, 2]
+    a, b, c = (d.embedding for d in r.data)
+    for v in (a, b, c):
+        assert math.isclose(math.sqrt(dot(v, v)), 1.0, abs_tol=1e-4)
+    assert dot(a, b) > dot(a, c) + 0.2, (dot(a, b), dot(a, c))
+    # One at a time gives the same vectors as the list.
+    single = client.embeddings.create(model="minilm", input=texts[2]).data[0].embedding
+    assert max(abs(x - y) for x, y in zip(single, c)) < 1e-6
+
+
+def test_float_and_base64_encodings_agree(client, server):
+    text = "Vectors travel as floats or as base64."
+    floats = client.embeddings.create(model="all-MiniLM-L6-v2", input=text, encoding_format="float").data[0].embedding
+    status, r = post(server, "/v1/embeddings", {"input": text, "encoding_format": "base64"})
+    assert status == 200, r
+    raw = base64.b64decode(r["data"][0]["embedding"])
+    decoded = struct.unpack(f"<{len(raw) // 4}f", raw)
+    assert len(decoded) == DIM
+    assert max(abs(x - y) for x, y in zip(decoded, floats)) < 1e-6
+    assert r["model"] == "minilm"  # no model asked: the embedder's name
+
+
+def test_dimensions_must_be_the_embedders(client):
+    ok = client.embeddings.create(model=MODEL_NAME, input="x", dimensions=DIM)
+    assert len(ok.data[0].embedding) == DIM
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model=MODEL_NAME, input="x", dimensions=64)
+    assert e.value.body["param"] == "dimensions" and str(DIM) in e.value.message
+
+
+@pytest.mark.parametrize("kwargs, param", [
+    (dict(input=[[1, 2, 3]]), "input"),
+    (dict(input=[1, 2, 3]), "input"),
+    (dict(input=""), "input"),
+    (dict(input=[]), "input"),
+    (dict(input=["ok", 7]), "input"),
+    (dict(input=["ok", ""]), "input[1]"),
+    (dict(input="x", encoding_format="int8"), "encoding_format"),
+])
+def test_bad_embedding_requests_are_400_naming_the_field(client, kwargs, param):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model=MODEL_NAME, **kwargs)
+    assert e.value.body["param"] == param, e.value.body
+
+
+def test_an_unknown_embedding_model_is_404(client):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.embeddings.create(model="text-embedding-3-small", input="x")
+    assert e.value.body["param"] == "model"
+    assert "minilm" in e.value.message
+
+
+def test_embeddings_need_the_api_key(server):
+    status, r = post(server, "/v1/embeddings", {"input": "x"}, key=None)
+    assert status == 401
