@@ -303,10 +303,10 @@ class Stream:
                     if content:
                         self.chunks.append((time.monotonic(), content))
                         self.first_chunk.set()
-                if self.hang_up_after is not None and len(self.chunks) >= self.hang_up_after:
-                    break
                     if c.get("finish_reason"):
                         self.finish_reason = c["finish_reason"]
+                if self.hang_up_after is not None and len(self.chunks) >= self.hang_up_after:
+                    break
             conn.close()
         except Exception as e:  # noqa: BLE001 - a broken connection is a result the tests check
             self.error = self.error or f"{type(e).__name__}: {e}"
