@@ -17,6 +17,7 @@
 
 #include "cache/cache_choice.hpp"
 #include "model/sampler.hpp"
+#include "structured/constraint.hpp"
 
 namespace troupe::model {
 
@@ -25,7 +26,12 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_k, x.top_p, x.min_p,
            x.repetition_penalty, x.frequency_penalty, x.presence_penalty, x.penalty_last_n, x.seed,
-           x.n_logprobs);
+           x.n_logprobs, x.logit_bias);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_bias& x) {
+  return f(caf::meta::type_name("token_bias"), x.token, x.bias);
 }
 
 template <class Inspector>
@@ -34,6 +40,15 @@ typename Inspector::result_type inspect(Inspector& f, token_logprob& x) {
 }
 
 }  // namespace troupe::model
+
+namespace troupe::structured {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, constraint_spec& x) {
+  return f(caf::meta::type_name("constraint_spec"), x.kind, x.source);
+}
+
+}  // namespace troupe::structured
 
 namespace troupe::actors {
 
@@ -68,15 +83,51 @@ inline constexpr const char* timeout = "timeout";                  // the client
 inline constexpr const char* no_replica = "no_replica";            // no engine replica is live (a cluster)
 }  // namespace errc
 
+// A function call the assistant made (OpenAI `tool_calls[i]`): `arguments` is JSON text.
+struct tool_call {
+  std::string id;
+  std::string name;
+  std::string arguments;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tool_call& x) {
+  return f(caf::meta::type_name("tool_call"), x.id, x.name, x.arguments);
+}
+
 struct chat_message {
-  std::string role;     // "system", "user", "assistant"
+  std::string role;     // "system", "user", "assistant", "tool"
   std::string content;
+  std::vector<tool_call> tool_calls;  // an assistant message's calls
+  std::string tool_call_id;           // a "tool" message: the call it answers
+  std::string name;                   // a "tool" message: the function's name (optional)
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, chat_message& x) {
-  return f(caf::meta::type_name("chat_message"), x.role, x.content);
+  return f(caf::meta::type_name("chat_message"), x.role, x.content, x.tool_calls, x.tool_call_id, x.name);
 }
+
+// A function the model may call (OpenAI `tools[i].function`): `parameters` is a JSON Schema text
+// ("" when the function takes none).
+struct tool_spec {
+  std::string name;
+  std::string description;
+  std::string parameters;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tool_spec& x) {
+  return f(caf::meta::type_name("tool_spec"), x.name, x.description, x.parameters);
+}
+
+// OpenAI `tool_choice`.
+namespace tool_choice {
+inline constexpr const char* automatic = "auto";   // the model decides (default with tools)
+inline constexpr const char* none = "none";        // no call: the tools are not offered
+inline constexpr const char* required = "required";// at least one call, its arguments constrained
+inline constexpr const char* function = "function";// a call of request_spec::tool_choice_name
+}  // namespace tool_choice
 
 // What a client asks for. Exactly one of `messages`, `prompt` or `prompt_tokens` is set.
 struct request_spec {
@@ -95,23 +146,38 @@ struct request_spec {
   // The response cache: absent (automatic) caches deterministic answers only; `requested` lets a
   // sampled one be answered from / stored in it too; `refused` bypasses it (greedy ones too).
   cache::cache_choice cache = cache::cache_choice::automatic;
+  // Structured output: the sampler only picks tokens that keep the output a valid prefix.
+  structured::constraint_spec constraint;
+  // Functions the model may call (chat only), rendered into the prompt as the chat template
+  // expects; with `required` or `function` the call is constrained to the function's schema.
+  std::vector<tool_spec> tools;
+  std::string tool_choice = tool_choice::automatic;
+  std::string tool_choice_name;        // with tool_choice::function
+  // Speculative decoding: empty for the server's [speculative] method, "off", or a proposer's
+  // name (actors/scheduler/speculative/); an unknown name fails the request naming the known ones.
+  std::string speculative;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   return f(caf::meta::type_name("request_spec"), x.model, x.messages, x.prompt, x.prompt_tokens,
-           x.sampling, x.max_tokens, x.stop, x.ignore_eos, x.logprobs, x.priority, x.tenant, x.deadline_ms, x.cache);
+           x.sampling, x.max_tokens, x.stop, x.ignore_eos, x.logprobs, x.priority, x.tenant, x.deadline_ms, x.cache,
+           x.constraint, x.tools, x.tool_choice, x.tool_choice_name, x.speculative);
 }
 
 struct usage_info {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_prompt_tokens = 0;    // prompt tokens whose KV came from the prefix cache
+  // Speculative decoding: tokens proposed for verification, and those of them accepted.
+  int32_t speculative_proposed = 0;
+  int32_t speculative_accepted = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, usage_info& x) {
-  return f(caf::meta::type_name("usage_info"), x.prompt_tokens, x.completion_tokens, x.cached_prompt_tokens);
+  return f(caf::meta::type_name("usage_info"), x.prompt_tokens, x.completion_tokens, x.cached_prompt_tokens,
+           x.speculative_proposed, x.speculative_accepted);
 }
 
 struct timing_info {
@@ -198,13 +264,16 @@ struct admitted_request {
   std::vector<chat_message> messages;
   std::string prompt_text;
   cache::cache_choice cache = cache::cache_choice::automatic;  // request_spec::cache
+  // request_spec::constraint, or the tool-call grammar admission made of tools + tool_choice.
+  structured::constraint_spec constraint;
+  std::string speculative;           // request_spec::speculative
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, admitted_request& x) {
   return f(caf::meta::type_name("admitted_request"), x.id, x.model, x.prompt, x.sampling, x.max_tokens, x.stop,
            x.eog, x.logprobs, x.priority, x.tenant, x.arrival_us, x.deadline_us, x.generated_before, x.messages,
-           x.prompt_text, x.cache);
+           x.prompt_text, x.cache, x.constraint, x.speculative);
 }
 
 }  // namespace troupe::actors

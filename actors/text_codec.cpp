@@ -4,6 +4,7 @@
 #include "model/detokenizer.hpp"
 #include "model/gguf_reader.hpp"
 #include "model/tokenizer.hpp"
+#include "structured/constraint_cache.hpp"
 
 namespace troupe::actors {
 
@@ -21,7 +22,12 @@ class gguf_decoder final : public incremental_decoder {
 
 class gguf_codec final : public text_codec {
  public:
-  gguf_codec(model::tokenizer tok, model::chat_template tpl) : tok_(std::move(tok)), tpl_(std::move(tpl)) {}
+  gguf_codec(model::tokenizer tok, model::chat_template tpl, text_codec_options opts)
+      : tok_(std::move(tok)),
+        tpl_(std::move(tpl)),
+        opts_(opts),
+        constraints_(std::make_shared<structured::constraint_cache>(
+            [t = tok_] { return std::make_shared<const structured::token_vocabulary>(t); })) {}
 
   result<std::vector<int32_t>> encode_prompt(const std::string& text) const override {
     return tok_.encode_checked(text, tok_.add_bos_default(), true);
@@ -30,10 +36,18 @@ class gguf_codec final : public text_codec {
     std::vector<model::chat_message> m;
     m.reserve(messages.size());
     for (const auto& x : messages) m.push_back({x.role, x.content});
-    auto text = tpl_.render(m, true);
-    if (!text) return make_error(text.error());
-    // The template writes bos itself where the model wants one.
-    return tok_.encode_checked(*text, false, true);
+    auto pieces = tpl_.render_pieces(m, true);
+    if (!pieces) return make_error(pieces.error());
+    // The template writes bos itself where the model wants one. Special-token text is read only
+    // in the template's own pieces (unless opts_ says otherwise): "<|im_start|>system" typed by a
+    // user stays text and cannot open a turn of another role.
+    std::string text;
+    model::tokenizer::spans special;
+    for (const auto& p : pieces.value()) {
+      if (p.from_template || opts_.parse_special_in_messages) special.emplace_back(text.size(), text.size() + p.text.size());
+      text += p.text;
+    }
+    return tok_.encode_checked(text, false, special);
   }
   result<std::vector<int32_t>> encode_text(const std::string& text, bool add_special, bool parse_special) const override {
     return tok_.encode_checked(text, add_special && tok_.add_bos_default(), parse_special);
@@ -42,10 +56,23 @@ class gguf_codec final : public text_codec {
   std::unique_ptr<incremental_decoder> decoder() const override { return std::make_unique<gguf_decoder>(tok_); }
   std::vector<int32_t> eog_tokens() const override { return tok_.eog_ids(); }
   int32_t n_vocab() const override { return tok_.n_vocab(); }
+  result<std::shared_ptr<const structured::compiled_constraint>> compile_constraint(
+      const structured::constraint_spec& spec) const override {
+    return constraints_->get(spec);
+  }
+  structured::tool_format tool_format() const override {
+    switch (tpl_.family()) {
+      case model::chat_family::llama3: return structured::tool_format::llama3;
+      case model::chat_family::mistral: return structured::tool_format::mistral;
+      default: return structured::tool_format::hermes;
+    }
+  }
 
  private:
   model::tokenizer tok_;
   model::chat_template tpl_;
+  text_codec_options opts_;
+  std::shared_ptr<structured::constraint_cache> constraints_;
 };
 
 class byte_decoder final : public incremental_decoder {
@@ -81,7 +108,15 @@ class byte_decoder final : public incremental_decoder {
 
 class byte_codec final : public text_codec {
  public:
-  byte_codec(int32_t n_vocab, int32_t eog) : n_vocab_(n_vocab), eog_(eog) {}
+  byte_codec(int32_t n_vocab, int32_t eog)
+      : n_vocab_(n_vocab),
+        eog_(eog),
+        constraints_(std::make_shared<structured::constraint_cache>([n_vocab] {
+          // Bytes are themselves; the "<i>" tokens are no text a grammar could ask for.
+          std::vector<std::string> bytes(static_cast<size_t>(n_vocab));
+          for (int32_t i = 0; i < std::min(n_vocab, 256); ++i) bytes[static_cast<size_t>(i)] = std::string(1, static_cast<char>(i));
+          return std::make_shared<const structured::token_vocabulary>(std::move(bytes));
+        })) {}
   result<std::vector<int32_t>> encode_prompt(const std::string& text) const override {
     std::vector<int32_t> out;
     for (unsigned char c : text) out.push_back(c);
@@ -107,19 +142,25 @@ class byte_codec final : public text_codec {
   std::unique_ptr<incremental_decoder> decoder() const override { return std::make_unique<byte_decoder>(eog_); }
   std::vector<int32_t> eog_tokens() const override { return {eog_}; }
   int32_t n_vocab() const override { return n_vocab_; }
+  result<std::shared_ptr<const structured::compiled_constraint>> compile_constraint(
+      const structured::constraint_spec& spec) const override {
+    return constraints_->get(spec);
+  }
+  structured::tool_format tool_format() const override { return structured::tool_format::hermes; }
 
  private:
   int32_t n_vocab_;
   int32_t eog_;
+  std::shared_ptr<structured::constraint_cache> constraints_;
 };
 
 }  // namespace
 
-result<std::shared_ptr<const text_codec>> make_gguf_codec(const model::gguf_file& file) {
+result<std::shared_ptr<const text_codec>> make_gguf_codec(const model::gguf_file& file, text_codec_options opts) {
   auto tok = model::tokenizer::from_gguf(file);
   if (!tok) return make_error(tok.error());
   auto tpl = model::chat_template::from_gguf(file);
-  return std::shared_ptr<const text_codec>(std::make_shared<gguf_codec>(std::move(*tok), std::move(tpl)));
+  return std::shared_ptr<const text_codec>(std::make_shared<gguf_codec>(std::move(*tok), std::move(tpl), opts));
 }
 
 std::shared_ptr<const text_codec> make_byte_codec(int32_t n_vocab, int32_t eog) {

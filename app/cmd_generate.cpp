@@ -3,7 +3,9 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -12,6 +14,8 @@
 #include "model/detokenizer.hpp"
 #include "model/loaded_model.hpp"
 #include "model/stop_matcher.hpp"
+#include "structured/constraint.hpp"
+#include "structured/mask_logits.hpp"
 
 namespace {
 
@@ -28,7 +32,40 @@ struct generate_options {
   int threads = 0;
   std::string matmul = matmul_order_name(backend_options{}.matmul);
   bool show_special = false;
+  // Structured output (at most one).
+  std::string json_schema_file;
+  std::string grammar_file;
+  std::string regex;
+  std::string choice;   // a JSON array of strings
+  bool json_object = false;
 };
+
+troupe::result<troupe::structured::constraint_spec> constraint_of(const generate_options& o) {
+  namespace kind = troupe::structured::kind;
+  std::vector<troupe::structured::constraint_spec> asked;
+  auto read = [](const std::string& path) -> troupe::result<std::string> {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return troupe::make_error("cannot read '" + path + "'");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  if (!o.json_schema_file.empty()) {
+    auto t = read(o.json_schema_file);
+    if (!t) return troupe::make_error("--json-schema: " + t.error());
+    asked.push_back({kind::json_schema, *t});
+  }
+  if (!o.grammar_file.empty()) {
+    auto t = read(o.grammar_file);
+    if (!t) return troupe::make_error("--grammar: " + t.error());
+    asked.push_back({kind::grammar, *t});
+  }
+  if (!o.regex.empty()) asked.push_back({kind::regex, o.regex});
+  if (!o.choice.empty()) asked.push_back({kind::choice, o.choice});
+  if (o.json_object) asked.push_back({kind::json_object, ""});
+  if (asked.size() > 1) return troupe::make_error("give at most one of --json-schema, --grammar, --regex, --choice, --json-object");
+  return asked.empty() ? troupe::structured::constraint_spec{} : asked.front();
+}
 
 int fail(const std::string& m) {
   std::fprintf(stderr, "troupe generate: %s\n", m.c_str());
@@ -70,8 +107,23 @@ int run_generate(const generate_options& o) {
   auto be = make_backend("cpu", m.weights, bo);
   if (!be) return fail(be.error());
 
+  auto spec = constraint_of(o);
+  if (!spec) return fail(spec.error());
+  std::unique_ptr<troupe::structured::matcher> matcher;
+  if (!spec->empty()) {
+    auto vocab = std::make_shared<const troupe::structured::token_vocabulary>(m.vocab);
+    auto compiled = troupe::structured::compile(*spec, vocab);
+    if (!compiled) return fail(compiled.error());
+    matcher = std::make_unique<troupe::structured::matcher>(*compiled);
+  }
+
   generation_request req;
   req.prompt = prompt.value();
+  if (matcher) {
+    req.shape_logits = [&matcher, eog = m.vocab.eog_ids(), bits = std::vector<uint64_t>()](std::vector<float>& logits) mutable {
+      troupe::structured::mask_logits(*matcher, logits.data(), static_cast<int32_t>(logits.size()), eog, bits);
+    };
+  }
   req.sampling = o.sampling;
   req.max_tokens = o.max_tokens;
   req.stop_ids = m.vocab.eog_ids();
@@ -84,6 +136,7 @@ int run_generate(const generate_options& o) {
   batch_generator gen(*be.value(), 512);
   generation_stats st;
   auto out = gen.run({req}, &st, [&](size_t, int32_t tok) {
+    if (matcher) matcher->accept(tok);
     if (stops.stopped()) return;
     auto text = stops.push(detok.push(tok));
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -122,6 +175,11 @@ troupe::app::register_command reg("generate", "Generate text from a prompt with 
   sub.add_option("--threads", o->threads, "Threads (0 = all cores)");
   sub.add_option("--matmul", o->matmul, "Quantized matmul order: llama.cpp (bit-exact) or fast")->capture_default_str();
   sub.add_flag("--special", o->show_special, "Show special tokens in the output");
+  sub.add_option("--json-schema", o->json_schema_file, "Constrain the output to a JSON Schema (a file)");
+  sub.add_flag("--json-object", o->json_object, "Constrain the output to a JSON object");
+  sub.add_option("--grammar", o->grammar_file, "Constrain the output to a GBNF grammar (a file; root rule `root`)");
+  sub.add_option("--regex", o->regex, "Constrain the output to a regular expression");
+  sub.add_option("--choice", o->choice, "Constrain the output to one of a JSON array of strings");
   return [o]() { return run_generate(*o); };
 });
 

@@ -80,6 +80,20 @@ std::string context_key(const cache_query& q, std::string_view context) {
   for (const auto& s : q.stop) k.str(s);
   k.raw(static_cast<uint64_t>(q.eog.size()));
   for (int32_t t : q.eog) k.raw(t);
+  // Appended after everything above, and only when present, so that a shared, unconstrained
+  // query keeps the bytes (and the stored fingerprints) it had before tenants and constraints
+  // were keyed. Every field above is length-prefixed, so those older keys are never a prefix of
+  // a key with a scope: records stored before scoping (no tenant in their fingerprint) match
+  // shared lookups only, never a scoped one.
+  if (!q.share_across_tenants) {
+    k.raw(uint8_t{'T'});
+    k.str(q.tenant);
+  }
+  if (!q.constraint_kind.empty()) {
+    k.raw(uint8_t{'C'});
+    k.str(q.constraint_kind);
+    k.str(q.constraint_source);
+  }
   return k.take();
 }
 

@@ -3,8 +3,9 @@
 // user message, or a raw prompt) is what gets embedded and compared by meaning; everything else
 // that shapes the answer must match exactly and goes into the context key: the model, the system
 // prompt and earlier turns, the sampling parameters, max_tokens, stop strings and
-// end-of-generation tokens. So different models or personas never share answers. The exact cache
-// keys on the same, with the prompt's tokens in place of the texts.
+// end-of-generation tokens, the output constraint (structured output), and the tenant unless the
+// cache is shared across tenants. So different models, personas or tenants never share answers.
+// The exact cache keys on the same, with the prompt's tokens in place of the texts.
 //
 // cache/ knows no actor: the response-cache stage (actors/response_cache/) turns its admitted
 // request into a cache_query and its closed stream into a finished_answer.
@@ -39,6 +40,14 @@ struct cache_query {
   std::string context;            // fingerprinted, never embedded
   std::string question;           // embedded (after normalize_question)
   cache_choice cache = cache_choice::automatic;  // the request's `cache` field
+  // Whose question it is (the API key's tenant). Part of the key unless share_across_tenants:
+  // one tenant's answers are never served to another by default.
+  std::string tenant;
+  bool share_across_tenants = false;
+  // A structured-output constraint (kind and source, e.g. "json_schema" and the schema text);
+  // empty kind: none. An answer made under one constraint is no answer under another or none.
+  std::string constraint_kind;
+  std::string constraint_source;
 
   // The texts only. The last "user" message is the question; every other message (system
   // prompt, earlier turns, anything after it) is context, with its role.

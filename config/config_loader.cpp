@@ -120,6 +120,7 @@ void check(const troupe_config& c, const config_registries& r, reader& rd) {
   check_name(rd, r.cache_policies, "response cache policy", "cache.policy", p.cache.policy);
   check_name(rd, r.embedders, "embedder", "cache.embedder", p.cache.semantic.embedder);
   check_name(rd, r.backends, "backend", "model.backend", c.model.backend);
+  check_name(rd, r.speculative_methods, "speculative method", "speculative.method", p.scheduler.speculative.method);
   for (size_t i = 0; i < p.streamer.filters.size(); ++i)
     check_name(rd, r.filters, "output filter", "streamer.filters[" + std::to_string(i) + "].name",
                p.streamer.filters[i].name);
@@ -154,6 +155,10 @@ void check(const troupe_config& c, const config_registries& r, reader& rd) {
   // Keys that must agree: only once each was read well (a key that failed keeps its default,
   // which would only confuse here).
   if (!rd.errors().empty()) return;
+  if (p.scheduler.speculative.ngram_min > p.scheduler.speculative.ngram_max)
+    rd.fail_key("speculative.ngram_min", "speculative.ngram_min (" + std::to_string(p.scheduler.speculative.ngram_min) +
+                                             ") exceeds speculative.ngram_max (" +
+                                             std::to_string(p.scheduler.speculative.ngram_max) + ")");
   if (p.admission.default_max_tokens > p.admission.max_tokens_cap)
     rd.fail_key(rd.node_of("admission.default_max_tokens") ? "admission.default_max_tokens" : "admission.max_tokens_cap",
                 "admission.default_max_tokens (" + std::to_string(p.admission.default_max_tokens) +

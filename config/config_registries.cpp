@@ -5,6 +5,7 @@
 #include "actors/streamer/filters/filter_actor.hpp"
 #include "actors/response_cache/policy.hpp"
 #include "actors/scheduler/policy.hpp"
+#include "actors/scheduler/speculative/proposer.hpp"
 #include "actors/streamer/filters/stream_filter.hpp"
 #include "cache/embed/embedder.hpp"
 #include "model/backend.hpp"
@@ -19,6 +20,11 @@ config_registries config_registries::global() {
   r.embedders = [] { return cache::embedder_registry().names(); };
   r.filters = [] { return actors::output_filter_names(); };
   r.backends = [] { return model::backend_names(); };
+  r.speculative_methods = [] {
+    auto v = actors::proposer_registry().names();
+    v.insert(v.begin(), "off");
+    return v;
+  };
   r.scheduler_policy_options = [](const std::string& policy, const std::map<std::string, double>& options) -> status {
     if (!actors::scheduling_policy_registry().contains(policy)) return {};  // reported as an unknown name
     actors::policy_options o;

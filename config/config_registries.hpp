@@ -23,6 +23,7 @@ struct config_registries {
   names_fn embedders;            // cache.embedder
   names_fn filters;              // streamer.filters[].name
   names_fn backends;             // model.backend
+  names_fn speculative_methods;  // speculative.method ("off" or a proposer)
   // A policy's own check of its options (an unknown option is an error); unset: none.
   std::function<status(const std::string& policy, const std::map<std::string, double>& options)>
       scheduler_policy_options;

@@ -175,6 +175,26 @@ key_spec string_key(std::string key, applied_by a, bool non_empty, std::vector<s
   return s;
 }
 
+// A list of strings (each non-empty).
+template <class F>
+key_spec string_list_key(std::string key, applied_by a, F field) {
+  key_spec s = spec(key, a);
+  s.read = [key, field](troupe_config& c, const toml::node& n, reader& rd) {
+    const auto* arr = rd.array(n, key);
+    if (!arr) return;
+    std::vector<std::string> v;
+    for (size_t i = 0; i < arr->size(); ++i)
+      if (auto x = rd.string(*arr->get(i), key + "[" + std::to_string(i) + "]", true)) v.push_back(*x);
+    field(c) = std::move(v);
+  };
+  s.write = [key, field](const troupe_config& c, toml::table& root, bool) {
+    toml::array arr;
+    for (const auto& x : get(field, c)) arr.push_back(x);
+    put(root, key, std::move(arr));
+  };
+  return s;
+}
+
 // model.matmul: the enum model::matmul_order, by its name in TOML.
 key_spec matmul_key() {
   const std::string key = "model.matmul";
@@ -489,6 +509,13 @@ std::vector<key_spec> make_schema() {
   v.push_back(integer_key("server.max_ws_message_bytes", restart, 1, gib, TROUPE_FIELD(server.max_ws_message_bytes)));
   v.push_back(integer_key("server.max_ws_queue_bytes", restart, 1, 16 * gib, TROUPE_FIELD(server.max_ws_queue_bytes)));
   v.push_back(seconds_key("server.ws_idle_timeout_s", restart, 2, 86400, TROUPE_FIELD(server.ws_idle_timeout)));
+  v.push_back(integer_key("server.max_connections", restart, 1, 1 << 24, TROUPE_FIELD(server.max_connections)));
+  v.push_back(integer_key("server.max_connections_per_client", restart, 1, 1 << 24,
+                          TROUPE_FIELD(server.max_connections_per_client)));
+  v.push_back(integer_key("server.max_streams_per_connection", restart, 1, 1 << 20,
+                          TROUPE_FIELD(server.max_streams_per_connection)));
+  v.push_back(string_list_key("server.allowed_origins", restart, TROUPE_FIELD(server.allowed_origins)));
+  v.push_back(string_list_key("server.allowed_hosts", restart, TROUPE_FIELD(server.allowed_hosts)));
   v.push_back(seconds_key("server.http_read_timeout_s", restart, 1, 3600, TROUPE_FIELD(server.http_read_timeout)));
   v.push_back(seconds_key("server.shutdown_grace_s", restart, 0, 3600, TROUPE_FIELD(server.shutdown_grace)));
   v.push_back(seconds_key("server.resume_window_s", restart, 0, 86400, TROUPE_FIELD(server.resume_window)));
@@ -499,6 +526,7 @@ std::vector<key_spec> make_schema() {
   v.push_back(string_key("model.backend", restart, true, {}, TROUPE_FIELD(model.backend)));
   v.push_back(integer_key("model.threads", restart, 0, 1024, TROUPE_FIELD(backend.n_threads)));
   v.push_back(bool_key("model.cuda_graphs", restart, TROUPE_FIELD(backend.cuda_graphs)));
+  v.push_back(bool_key("model.parse_special_in_messages", restart, TROUPE_FIELD(pipeline.text.parse_special_in_messages)));
   v.push_back(matmul_key());
 
   v.push_back(mib_key("kv.memory_mib", restart, 1, mib, TROUPE_FIELD(backend.kv_bytes)));
@@ -515,6 +543,16 @@ std::vector<key_spec> make_schema() {
                           TROUPE_FIELD(pipeline.scheduler.max_steps_in_flight)));
   v.push_back(number_table_key("scheduler.policy_options", hot_scheduler,
                                [](troupe_config& c) -> auto& { return c.pipeline.scheduler.policy_opts.values; }));
+
+  v.push_back(string_key("speculative.method", hot_scheduler, true, {}, TROUPE_FIELD(pipeline.scheduler.speculative.method)));
+  v.push_back(integer_key("speculative.k", hot_scheduler, 1, 32, TROUPE_FIELD(pipeline.scheduler.speculative.k)));
+  v.push_back(integer_key("speculative.ngram_min", hot_scheduler, 1, 64, TROUPE_FIELD(pipeline.scheduler.speculative.ngram_min)));
+  v.push_back(integer_key("speculative.ngram_max", hot_scheduler, 1, 64, TROUPE_FIELD(pipeline.scheduler.speculative.ngram_max)));
+  v.push_back(number_key("speculative.min_acceptance", hot_scheduler, 0.0, 1.0,
+                         TROUPE_FIELD(pipeline.scheduler.speculative.min_acceptance)));
+  v.push_back(integer_key("speculative.probe_steps", hot_scheduler, 1, 1 << 20,
+                          TROUPE_FIELD(pipeline.scheduler.speculative.probe_steps)));
+  v.push_back(integer_key("speculative.max_batch", hot_scheduler, 0, 65536, TROUPE_FIELD(pipeline.scheduler.speculative.max_batch)));
 
   v.push_back(string_key("admission.policy", hot_admission, true, {}, TROUPE_FIELD(pipeline.admission.policy)));
   v.push_back(integer_key("admission.max_pending", hot_admission, 1, 16 * mib, TROUPE_FIELD(pipeline.admission.max_pending)));
@@ -534,6 +572,7 @@ std::vector<key_spec> make_schema() {
 
   v.push_back(cache_enabled_key());
   v.push_back(string_key("cache.policy", hot_cache, true, {}, TROUPE_FIELD(pipeline.cache.policy)));
+  v.push_back(bool_key("cache.share_across_tenants", hot_cache, TROUPE_FIELD(pipeline.cache.share_across_tenants)));
   v.push_back(number_key("cache.threshold", hot_cache, 0.0, 1.0, TROUPE_FIELD(pipeline.cache.semantic.threshold)));
   v.push_back(integer_key("cache.ttl_s", hot_cache, 0, 100LL * 365 * 86400, TROUPE_FIELD(pipeline.cache.semantic.ttl_s)));
   v.push_back(integer_key("cache.max_entries", hot_cache, 1, 1LL << 32, TROUPE_FIELD(pipeline.cache.semantic.max_entries)));

@@ -20,7 +20,24 @@ struct server_options {
   size_t max_body_bytes = 1 << 20;              // larger HTTP bodies: 413
   size_t max_ws_message_bytes = 1 << 20;        // larger WebSocket messages: close 1009
   size_t max_ws_queue_bytes = 8 << 20;          // unsent bytes per socket before its streams end (slow_consumer)
-  std::chrono::seconds ws_idle_timeout{30};     // ping after half of it, close after it without a pong
+  // A WebSocket on which the client sent no frame (other than pongs) for this long, with no stream
+  // of it running, is closed (1001). Keep-alive pings go out every min(it, 60 s) / 2, and a peer that
+  // answers none within min(it, 60 s) is gone.
+  std::chrono::seconds ws_idle_timeout{300};
+  // Connections open at once (HTTP and WebSocket); above it new ones get 503 and are closed. The
+  // server lowers it to fit the process's descriptor limit (RLIMIT_NOFILE less a reserve).
+  size_t max_connections = 10000;
+  size_t max_connections_per_client = 1024;     // the same, per remote address
+  size_t max_streams_per_connection = 128;      // WebSocket streams running at once on one socket
+  // Origins (scheme://host[:port]) whose pages may use the server: requests carrying another
+  // `Origin` get 403, WebSocket upgrades included; CORS headers go only to these. Empty: the
+  // server's own origin (the request's Host) and localhost / 127.0.0.1 / [::1] on any port.
+  // "*": any origin.
+  std::vector<std::string> allowed_origins;
+  // Host names (a `Host` header's host part, no port) requests may name (DNS rebinding defence):
+  // others get 421. Empty: the listen address and localhost / 127.0.0.1 / [::1]; listening on
+  // 0.0.0.0 or ::, any. "*": any.
+  std::vector<std::string> allowed_hosts;
   // An HTTP request (headers and body) must arrive within it, counted from the end of the
   // previous response on a keep-alive connection (so it is also the idle limit): slow or stalled
   // senders do not hold connections for long.

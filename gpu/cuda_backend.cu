@@ -433,7 +433,7 @@ result<model::batch_logits> cuda_backend::forward(const model::batch& b) { retur
 
 bool cuda_backend::can_sample(const model::sampling_params& p) const {
   if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f || p.min_p > 0.0f ||
-      p.n_logprobs > 0)
+      p.n_logprobs > 0 || !p.logit_bias.empty())
     return false;
   return p.temperature <= 0.0f || (p.top_k >= 1 && p.top_k <= kernels::k_max_device_top_k);
 }
@@ -455,6 +455,13 @@ result<model::batch_logits> cuda_backend::run_step(const model::batch& b, bool c
   auto& I = *impl_;
   const auto t0 = std::chrono::steady_clock::now();
   if (auto s = model::validate_batch(b, *this); !s) return make_error(s.error());
+  // Its kernels compute the output head for one row per sequence; speculative verification
+  // (several rows) is cpu-only for now.
+  for (const auto& s : b.seqs)
+    if (s.want_logits && s.n_logits != 1)
+      return make_error("sequence " + std::to_string(s.seq_id) + ": n_logits " + std::to_string(s.n_logits) +
+                        ": the cuda backend returns the logits of one position per sequence (speculative decoding "
+                        "needs the cpu backend)");
   if (auto s = I.use_device(); !s) return make_error(s.error());
   const auto& p = I.hp();
   model::batch_logits out;
@@ -585,8 +592,8 @@ result<std::vector<model::token_logprob>> cuda_backend::sample_last(const std::v
   bool all_greedy = true;
   for (const auto& p : ps) {
     if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f || p.min_p > 0.0f ||
-        p.n_logprobs > 0)
-      return make_error("device sampling does not apply penalties, min_p or logprob alternatives");
+        p.n_logprobs > 0 || !p.logit_bias.empty())
+      return make_error("device sampling does not apply penalties, logit_bias, min_p or logprob alternatives");
     if (p.temperature > 0.0f && (p.top_k < 1 || p.top_k > kernels::k_max_device_top_k))
       return make_error("device sampling needs top_k in 1.." + std::to_string(kernels::k_max_device_top_k) +
                         " when temperature > 0");

@@ -28,6 +28,9 @@ status validate_batch(const batch& b, const backend& be) {
     const std::string who = "sequence " + std::to_string(s.seq_id) + ": ";
     if (s.tokens.empty()) return make_error(who + "no tokens in this step");
     if (s.n_past < 0) return make_error(who + "negative n_past");
+    if (s.want_logits && (s.n_logits < 1 || s.n_logits > static_cast<int32_t>(s.tokens.size())))
+      return make_error(who + "n_logits " + std::to_string(s.n_logits) + " outside 1.." +
+                        std::to_string(s.tokens.size()) + " (the tokens fed this step)");
     const int64_t end = static_cast<int64_t>(s.n_past) + static_cast<int64_t>(s.tokens.size());
     if (end > hp.n_ctx_train)
       return make_error(who + "position " + std::to_string(end) + " exceeds the model context of " +

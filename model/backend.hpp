@@ -20,7 +20,10 @@ struct batch_sequence {
   std::vector<int32_t> tokens;        // tokens fed this step (a prompt chunk, or one decode token)
   int32_t n_past = 0;                 // tokens of this sequence already in KV memory
   std::vector<int32_t> block_table;   // physical blocks covering n_past + tokens.size() positions
-  bool want_logits = true;            // logits of the last token are returned
+  bool want_logits = true;            // logits of the last n_logits tokens are returned
+  // How many positions' logits, the last ones of `tokens` in order (with want_logits): a
+  // speculative step verifies a proposal from the logits at every proposed position.
+  int32_t n_logits = 1;
   // The length of the sequence's prompt (0: not said). Positions inside a prompt of 2 or more
   // tokens sum their attention in the order llama.cpp uses for a prompt batch, the others in
   // its order for a decoded token: a position's arithmetic depends on what it is, never on how
@@ -33,7 +36,8 @@ struct batch {
   int32_t n_tokens() const;
 };
 
-// Logits for the sequences that asked for them, in batch order.
+// Logits for the sequences that asked for them, in batch order: n_logits rows per sequence, in
+// position order (seq_ids names each row's sequence, so a sequence may appear several times).
 struct batch_logits {
   int32_t n_vocab = 0;
   std::vector<uint64_t> seq_ids;
@@ -111,7 +115,7 @@ void add_cpu_backend(named_registry<backend_factory>& r);
 
 // Checks a step against what `be` holds (its model's context and vocabulary, its KV blocks): a
 // sequence without tokens, a negative n_past, a position past the context, a block table too
-// short or naming a block out of range, a token id out of range. Every backend's forward() calls
+// short or naming a block out of range, a token id out of range, n_logits outside 1..tokens. Every backend's forward() calls
 // it first, so that all of them refuse the same batches in the same words.
 status validate_batch(const batch& b, const backend& be);
 

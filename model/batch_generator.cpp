@@ -86,12 +86,21 @@ std::vector<generation_output> batch_generator::run(const std::vector<generation
   auto take_rows = [&](const std::vector<std::pair<live_seq*, const float*>>& rows) {
     std::vector<sample_result> got(rows.size());
     int costly = 0;
-    for (const auto& [s, logits] : rows) costly += reqs[s->index].sampling.costly(reqs[s->index].logprobs) ? 1 : 0;
+    for (const auto& [s, logits] : rows)
+      costly += reqs[s->index].sampling.costly(reqs[s->index].logprobs) || reqs[s->index].shape_logits ? 1 : 0;
     auto sample = [&](int64_t k) {
       const live_seq& s = *rows[static_cast<size_t>(k)].first;
       const auto& r = reqs[s.index];
-      got[static_cast<size_t>(k)] = sample_token(rows[static_cast<size_t>(k)].second, be_.params().n_vocab, r.sampling,
-                                                 s.all, static_cast<int64_t>(out[s.index].tokens.size()), r.logprobs);
+      const int32_t n_vocab = be_.params().n_vocab;
+      const float* logits = rows[static_cast<size_t>(k)].second;
+      std::vector<float> shaped;
+      if (r.shape_logits) {
+        shaped.assign(logits, logits + n_vocab);
+        r.shape_logits(shaped);
+        logits = shaped.data();
+      }
+      got[static_cast<size_t>(k)] = sample_token(logits, n_vocab, r.sampling, s.all,
+                                                 static_cast<int64_t>(out[s.index].tokens.size()), r.logprobs);
     };
     be_.sample_rows(static_cast<int64_t>(rows.size()), costly, sample);
     for (size_t k = 0; k < rows.size(); ++k) take(*rows[k].first, rows[k].second, std::move(got[k]));

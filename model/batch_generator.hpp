@@ -22,6 +22,9 @@ struct generation_request {
   std::vector<int32_t> stop_ids;       // end-of-generation tokens (not emitted)
   bool logprobs = false;               // each chosen token's logprob in samples (plain greedy
                                        // sampling leaves them NaN otherwise, as serving does)
+  // Called before each sample with a copy of the row's logits, which it may change (a
+  // structured-output mask sets disallowed tokens to -inf). May run on any of the backend's threads.
+  std::function<void(std::vector<float>& logits)> shape_logits;
 };
 
 struct generation_output {

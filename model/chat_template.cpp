@@ -30,22 +30,29 @@ std::pair<uint32_t, size_t> code_point_at(std::string_view s, size_t i) {
   return {cp, r.len};
 }
 
-// Python's str.strip() with no arguments (Jinja's `trim`, and `.strip()` in templates).
-std::string py_strip(std::string_view s) {
+// Python's str.lstrip() / rstrip() / strip() with no arguments (Jinja's `trim`, and `.strip()`
+// in templates).
+std::string py_lstrip(std::string_view s) {
   size_t b = 0;
   while (b < s.size()) {
     auto [cp, n] = code_point_at(s, b);
     if (!py_space(cp)) break;
     b += n;
   }
-  size_t e = b, last = b;  // `last`: end of the last non-space code point
+  return std::string(s.substr(b));
+}
+
+std::string py_rstrip(std::string_view s) {
+  size_t e = 0, last = 0;  // `last`: end of the last non-space code point
   while (e < s.size()) {
     auto [cp, n] = code_point_at(s, e);
     e += n;
     if (!py_space(cp)) last = e;
   }
-  return std::string(s.substr(b, last - b));
+  return std::string(s.substr(0, last));
 }
+
+std::string py_strip(std::string_view s) { return py_rstrip(py_lstrip(s)); }
 
 // A Jinja string literal's body back to text (\n, \t, \', \", \\).
 std::string unescape_jinja(std::string_view s) {
@@ -131,6 +138,51 @@ std::vector<chat_message> fold_system_into_user(const std::vector<chat_message>&
   return out;
 }
 
+// Builds a prompt as pieces: tpl() for the template's own text, text() for a message's.
+class piece_writer {
+ public:
+  piece_writer& tpl(std::string_view t) { return add(t, true); }
+  piece_writer& text(std::string_view t) { return add(t, false); }
+  // Appends what another writer built (a turn built apart, to be stripped as a whole).
+  piece_writer& append(const std::vector<prompt_piece>& ps) {
+    for (const auto& p : ps) add(p.text, p.from_template);
+    return *this;
+  }
+  // Python's str.strip() over the whole text, across piece edges (Llama 2 strips a turn whose
+  // system block is template text and whose rest is the user's).
+  piece_writer& strip() {
+    while (!out_.empty()) {
+      std::string s = py_lstrip(out_.front().text);
+      if (!s.empty()) {
+        out_.front().text = std::move(s);
+        break;
+      }
+      out_.erase(out_.begin());
+    }
+    while (!out_.empty()) {
+      std::string s = py_rstrip(out_.back().text);
+      if (!s.empty()) {
+        out_.back().text = std::move(s);
+        break;
+      }
+      out_.pop_back();
+    }
+    return *this;
+  }
+  std::vector<prompt_piece> take() { return std::move(out_); }
+
+ private:
+  piece_writer& add(std::string_view t, bool from_template) {
+    if (t.empty()) return *this;
+    if (!out_.empty() && out_.back().from_template == from_template)
+      out_.back().text.append(t);
+    else
+      out_.push_back({std::string(t), from_template});
+    return *this;
+  }
+  std::vector<prompt_piece> out_;
+};
+
 constexpr const char* k_alternate_error =
     "Conversation roles must alternate user/assistant/user/assistant/...";
 
@@ -198,6 +250,15 @@ chat_template chat_template::from_gguf(const gguf_file& f) {
 
 result<std::string> chat_template::render(const std::vector<chat_message>& messages,
                                           bool add_generation_prompt) const {
+  auto p = render_pieces(messages, add_generation_prompt);
+  if (!p) return make_error(p.error());
+  std::string out;
+  for (const auto& piece : p.value()) out += piece.text;
+  return out;
+}
+
+result<std::vector<prompt_piece>> chat_template::render_pieces(const std::vector<chat_message>& messages,
+                                                               bool add_generation_prompt) const {
   switch (family_) {
     case chat_family::chatml: return render_chatml(messages, add_generation_prompt);
     case chat_family::llama2: return render_llama2(messages);
@@ -207,21 +268,22 @@ result<std::string> chat_template::render(const std::vector<chat_message>& messa
   return make_error("unknown chat template family");
 }
 
-result<std::string> chat_template::render_chatml(const std::vector<chat_message>& m, bool gen) const {
-  std::string out;
+result<chat_template::pieces> chat_template::render_chatml(const std::vector<chat_message>& m, bool gen) const {
+  piece_writer out;
   for (size_t i = 0; i < m.size(); ++i) {
     if (i == 0 && m[0].role != "system" && !default_system_.empty())
-      out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
-    out += "<|im_start|>" + m[i].role + "\n" + m[i].content + "<|im_end|>\n";
+      out.tpl("<|im_start|>system\n" + default_system_ + "<|im_end|>\n");
+    // The role is the client's text too ("tool", or any name the format passes through).
+    out.tpl("<|im_start|>").text(m[i].role).tpl("\n").text(m[i].content).tpl("<|im_end|>\n");
   }
-  if (gen) out += "<|im_start|>assistant\n";
-  return out;
+  if (gen) out.tpl("<|im_start|>assistant\n");
+  return out.take();
 }
 
 // Meta's Llama 2 chat template: the system prompt goes inside the first [INST] block, each
 // user turn opens with bos, each assistant turn closes with eos; the generation prompt is
 // implicit (the prompt already ends in [/INST]).
-result<std::string> chat_template::render_llama2(const std::vector<chat_message>& m) const {
+result<chat_template::pieces> chat_template::render_llama2(const std::vector<chat_message>& m) const {
   size_t first = 0;
   bool has_system = false;
   std::string system;
@@ -230,27 +292,28 @@ result<std::string> chat_template::render_llama2(const std::vector<chat_message>
     system = m[0].content;
     first = 1;
   }
-  std::string out;
+  piece_writer out;
   for (size_t i = first; i < m.size(); ++i) {
     const size_t turn = i - first;
     const bool user = m[i].role == "user";
     if (user != (turn % 2 == 0)) return make_error(k_alternate_error);
-    std::string content = m[i].content;
-    if (turn == 0 && has_system) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+    piece_writer content;
+    if (turn == 0 && has_system) content.tpl("<<SYS>>\n").text(system).tpl("\n<</SYS>>\n\n");
+    content.text(m[i].content).strip();
     if (user)
-      out += bos_ + "[INST] " + py_strip(content) + " [/INST]";
+      out.tpl(bos_ + "[INST] ").append(content.take()).tpl(" [/INST]");
     else if (m[i].role == "assistant")
-      out += " " + py_strip(content) + " " + eos_;
+      out.tpl(" ").append(content.take()).tpl(" " + eos_);
   }
-  return out;
+  return out.take();
 }
 
-result<std::string> chat_template::render_llama3(const std::vector<chat_message>& m, bool gen) const {
-  auto turn = [](const chat_message& msg) {
-    return "<|start_header_id|>" + msg.role + "<|end_header_id|>\n\n" + py_strip(msg.content) +
-           "<|eot_id|>";
+result<chat_template::pieces> chat_template::render_llama3(const std::vector<chat_message>& m, bool gen) const {
+  piece_writer out;
+  auto turn = [&](const chat_message& msg) {
+    out.tpl("<|start_header_id|>").text(msg.role).tpl("<|end_header_id|>\n\n").text(py_strip(msg.content));
+    out.tpl("<|eot_id|>");
   };
-  std::string out;
   if (llama3_dated_preamble_) {
     // 3.1+: bos, then a system block that is always there, dated, carrying the system prompt.
     size_t first = 0;
@@ -259,34 +322,38 @@ result<std::string> chat_template::render_llama3(const std::vector<chat_message>
       system = py_strip(m[0].content);
       first = 1;
     }
-    out += bos_;
-    out += "<|start_header_id|>system<|end_header_id|>\n\n";
-    out += "Cutting Knowledge Date: " + llama3_cutoff_ + "\nToday Date: " + llama3_date_ + "\n\n";
-    out += system + "<|eot_id|>";
-    for (size_t i = first; i < m.size(); ++i) out += turn(m[i]);
+    out.tpl(bos_);
+    out.tpl("<|start_header_id|>system<|end_header_id|>\n\n");
+    out.tpl("Cutting Knowledge Date: " + llama3_cutoff_ + "\nToday Date: " + llama3_date_ + "\n\n");
+    out.text(system).tpl("<|eot_id|>");
+    for (size_t i = first; i < m.size(); ++i) turn(m[i]);
   } else {
-    for (size_t i = 0; i < m.size(); ++i) out += (i == 0 ? bos_ : std::string()) + turn(m[i]);
+    for (size_t i = 0; i < m.size(); ++i) {
+      if (i == 0) out.tpl(bos_);
+      turn(m[i]);
+    }
   }
-  if (gen) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+  if (gen) out.tpl("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return out.take();
 }
 
 // Mistral Instruct v0.1/v0.2: bos once, "[INST] user [/INST]" then "assistant</s>". The Jinja
 // template rejects system messages; they are folded into the next user turn instead.
-result<std::string> chat_template::render_mistral(const std::vector<chat_message>& in) const {
+result<chat_template::pieces> chat_template::render_mistral(const std::vector<chat_message>& in) const {
   const auto m = fold_system_into_user(in);
-  std::string out = bos_;
+  piece_writer out;
+  out.tpl(bos_);
   for (size_t i = 0; i < m.size(); ++i) {
     const bool user = m[i].role == "user";
     if (user != (i % 2 == 0)) return make_error(k_alternate_error);
     if (user)
-      out += "[INST] " + m[i].content + " [/INST]";
+      out.tpl("[INST] ").text(m[i].content).tpl(" [/INST]");
     else if (m[i].role == "assistant")
-      out += m[i].content + eos_;
+      out.text(m[i].content).tpl(eos_);
     else
       return make_error("Only user and assistant roles are supported!");
   }
-  return out;
+  return out.take();
 }
 
 }  // namespace troupe::model

@@ -23,6 +23,14 @@ struct chat_message {
   std::string content;
 };
 
+// A part of a rendered prompt: the template's own text (role markers, bos/eos, the default
+// system prompt) or a message's content. A message's text spelling a special token must stay
+// text (or a user could forge a role); only the template's may be read as special tokens.
+struct prompt_piece {
+  std::string text;
+  bool from_template = false;
+};
+
 enum class chat_family { chatml, llama2, llama3, mistral };
 const char* to_string(chat_family f);
 
@@ -42,17 +50,24 @@ class chat_template {
   // ChatML templates that insert a system prompt when the conversation has none.
   const std::string& default_system_prompt() const { return default_system_; }
 
-  // The prompt, bos/eos token texts included where the template writes them: tokenize it with
-  // add_bos = false and parse_special = true. Errors where the Jinja template raises one
-  // (e.g. Llama 2 and Mistral require user/assistant turns to alternate).
+  // The prompt, bos/eos token texts included where the template writes them. Errors where the
+  // Jinja template raises one (e.g. Llama 2 and Mistral require user/assistant turns to
+  // alternate). Tokenizing it whole with parse_special would read special-token text in the
+  // messages too: tokenize render_pieces() instead, specials only in the template's pieces
+  // (tokenizer::encode_checked with spans, as actors/text_codec does).
   result<std::string> render(const std::vector<chat_message>& messages,
                              bool add_generation_prompt) const;
+  // The same prompt as pieces (their texts joined are render()'s), template text apart from the
+  // messages' contents; adjacent pieces of one kind are merged, empty ones left out.
+  result<std::vector<prompt_piece>> render_pieces(const std::vector<chat_message>& messages,
+                                                  bool add_generation_prompt) const;
 
  private:
-  result<std::string> render_chatml(const std::vector<chat_message>& m, bool gen) const;
-  result<std::string> render_llama2(const std::vector<chat_message>& m) const;
-  result<std::string> render_llama3(const std::vector<chat_message>& m, bool gen) const;
-  result<std::string> render_mistral(const std::vector<chat_message>& m) const;
+  using pieces = std::vector<prompt_piece>;
+  result<pieces> render_chatml(const std::vector<chat_message>& m, bool gen) const;
+  result<pieces> render_llama2(const std::vector<chat_message>& m) const;
+  result<pieces> render_llama3(const std::vector<chat_message>& m, bool gen) const;
+  result<pieces> render_mistral(const std::vector<chat_message>& m) const;
 
   chat_family family_ = chat_family::chatml;
   std::string warning_;

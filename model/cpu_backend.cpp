@@ -143,10 +143,11 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
         tok_seq[static_cast<size_t>(t)] = static_cast<int32_t>(si);
         tok_pos[static_cast<size_t>(t)] = s.n_past + static_cast<int32_t>(j);
       }
-      if (s.want_logits) {
-        logit_rows.push_back(t - 1);
-        out.seq_ids.push_back(s.seq_id);
-      }
+      if (s.want_logits)
+        for (int64_t r = t - s.n_logits; r < t; ++r) {
+          logit_rows.push_back(r);
+          out.seq_ids.push_back(s.seq_id);
+        }
     }
   }
 
@@ -294,7 +295,9 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
   }
   timer.lap(ph::other);
 
-  // Output head only for the rows whose logits are wanted (the last token of each sequence).
+  // Output head only for the rows whose logits are wanted (each sequence's last n_logits tokens).
+  // Each row's arithmetic is the same whatever the others are (the matmul is batch-invariant),
+  // so a verified position's logits equal those of a one-token decode there.
   const auto n_out = static_cast<int64_t>(logit_rows.size());
   if (n_out == 0) return out;
   grow(out_rows_, n_out * ne);

@@ -24,6 +24,7 @@ class cursor {
   cursor(const uint8_t* p, size_t n) : p_(p), n_(n) {}
   size_t pos() const { return pos_; }
   bool need(size_t k) const { return k <= n_ - pos_; }
+  size_t left() const { return n_ - pos_; }
 
   template <class T>
   bool read(T& out) {
@@ -85,6 +86,9 @@ bool read_value(cursor& c, gguf_value_type t, gguf_value& out, int depth, std::s
       if (!c.read(et) || !c.read(n)) break;
       if (et > 12) { why = "array of invalid value type " + std::to_string(et); return false; }
       if (n > k_max_count) { why = "array length " + std::to_string(n) + " is implausible"; return false; }
+      // Every element takes at least a byte: a length past the file's end is refused before
+      // reserve() trusts it (a 30-byte file could otherwise ask for gigabytes).
+      if (n > c.left()) { why = "array length " + std::to_string(n) + " runs past the end of the file"; return false; }
       auto arr = std::make_shared<gguf_array>();
       arr->reserve(n);
       out.array_type = static_cast<gguf_value_type>(et);
@@ -219,6 +223,11 @@ status gguf_file::parse() {
     alignment_ = static_cast<size_t>(a->as_int());
   }
 
+  // Each tensor's info takes at least 32 bytes (name length, one dimension, type, offset): a count
+  // the rest of the file cannot hold is refused before reserve() trusts it.
+  if (n_tensors > c.left() / 32)
+    return make_error("header says " + std::to_string(n_tensors) + " tensors, more than the " +
+                      std::to_string(c.left()) + " bytes left can describe");
   tensors_.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
     gguf_tensor t;
@@ -231,11 +240,13 @@ status gguf_file::parse() {
       if (!c.read(ne)) return make_error("file ends inside tensor info '" + t.name + "'");
       if (ne == 0 || ne > (1ull << 40)) return make_error("tensor '" + t.name + "' has invalid dimension " + std::to_string(ne));
       t.dims.push_back(static_cast<int64_t>(ne));
-      // The element count must stay far from overflow before elements() multiplies the dims.
+      // The element count must stay far from overflow before elements() multiplies the dims:
+      // checked before each product (two dims of 2^40 would wrap a uint64 to 0 and pass).
       uint64_t count = 1;
       for (auto dim : t.dims) {
+        if (count > (1ull << 40) / static_cast<uint64_t>(dim))
+          return make_error("tensor '" + t.name + "' is implausibly large");
         count *= static_cast<uint64_t>(dim);
-        if (count > (1ull << 40)) return make_error("tensor '" + t.name + "' is implausibly large");
       }
     }
     uint32_t type = 0;

@@ -62,6 +62,21 @@ void kv_manager::commit(uint64_t seq, const std::vector<int32_t>& tokens, int32_
   }
 }
 
+void kv_manager::truncate(uint64_t seq, int32_t n_tokens) {
+  auto& s = seqs_.at(seq);
+  if (n_tokens < 0 || n_tokens >= s.n_tokens) return;
+  const auto keep = static_cast<size_t>((n_tokens + block_size_ - 1) / block_size_);
+  while (s.blocks.size() > keep) {
+    pool_.release(s.blocks.back());
+    s.blocks.pop_back();
+  }
+  // A hashed block wholly below n_tokens stays hashed (its tokens are all kept); one reaching
+  // past it cannot be hashed (only full, computed blocks are), but drop such hashes all the same.
+  const auto full = static_cast<size_t>(n_tokens / block_size_);
+  if (s.hashes.size() > full) s.hashes.resize(full);
+  s.n_tokens = n_tokens;
+}
+
 void kv_manager::free_sequence(uint64_t seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;

@@ -43,6 +43,13 @@ class kv_manager {
   // Declares the KV of tokens[0, n_computed) written: full blocks become shareable.
   void commit(uint64_t seq, const std::vector<int32_t>& tokens, int32_t n_computed);
 
+  // Shrinks the sequence to its first n_tokens (speculative decoding: the positions past them
+  // held rejected guesses): the blocks wholly past them go back to the pool, and no block hash
+  // covers a position past them (commit hashes only full blocks below what it is told is
+  // computed, so rejected tokens are never hashed). Growing is reserve's job: a larger n_tokens
+  // changes nothing.
+  void truncate(uint64_t seq, int32_t n_tokens);
+
   // Releases the sequence's blocks (cached ones stay evictable in the pool).
   void free_sequence(uint64_t seq);
 

@@ -1,5 +1,7 @@
 #include "model/matmul.hpp"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -31,9 +33,15 @@ constexpr int64_t k_parallel_prologue_tokens = 4;
 // of one the OS has not scheduled, for one extra atomic claim per chunk.
 constexpr int64_t k_chunks_per_thread = 2;
 
+// F16C by CPUID (leaf 1, ECX bit 29): clang before 15 (the fuzz build's) knows no "f16c" in
+// __builtin_cpu_supports.
+bool cpu_has_f16c() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 bool cpu_has_avx2() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
 
 bool cpu_has_avx512vnni() {

@@ -217,6 +217,10 @@ status sampling_params::validate() const {
   if (!(std::fabs(presence_penalty) <= 2.0f)) return make_error("presence_penalty must be in [-2, 2]");
   if (penalty_last_n < 0) return make_error("penalty_last_n must be >= 0");
   if (n_logprobs < 0 || n_logprobs > 20) return make_error("logprobs must be in [0, 20]");
+  for (const auto& b : logit_bias) {
+    if (b.token < 0) return make_error("logit_bias token ids must be >= 0");
+    if (!(std::fabs(b.bias) <= 100.0f)) return make_error("logit_bias values must be in [-100, 100]");
+  }
   return {};
 }
 
@@ -228,12 +232,21 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
     r.logprob = std::numeric_limits<float>::quiet_NaN();
     return r;
   }
-  // Penalties change a per-thread copy of the logits, reused from call to call (at batch 16 this
-  // runs for 16 x n_vocab values every step); without them the logits are read in place.
+  // Biases and penalties change a per-thread copy of the logits, reused from call to call (at
+  // batch 16 this runs for 16 x n_vocab values every step); without them the logits are read in
+  // place. The bias comes first (OpenAI's logit_bias is added to the model's logits), then the
+  // penalties; logprobs are of the result. Ids beyond the vocabulary are skipped (the server
+  // refuses them before they get here).
   thread_local std::vector<float> copy, e;
   const float* l = logits;
-  if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+  const bool penalised = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+  if (penalised || !p.logit_bias.empty()) {
     copy.assign(logits, logits + n_vocab);
+    for (const auto& b : p.logit_bias)
+      if (b.token >= 0 && b.token < n_vocab) copy[static_cast<size_t>(b.token)] += b.bias;
+    l = copy.data();
+  }
+  if (penalised) {
     const size_t n = std::min(recent.size(), static_cast<size_t>(p.penalty_last_n));
     std::unordered_map<int32_t, int> counts;
     for (size_t i = recent.size() - n; i < recent.size(); ++i) ++counts[recent[i]];

@@ -12,6 +12,12 @@
 
 namespace troupe::model {
 
+// OpenAI `logit_bias`: added to the token's logit before anything else (-100 bans, +100 forces).
+struct token_bias {
+  int32_t token = -1;
+  float bias = 0.0f;
+};
+
 struct sampling_params {
   float temperature = 0.0f;          // 0 = greedy
   int32_t top_k = 0;                 // 0 = off
@@ -23,6 +29,7 @@ struct sampling_params {
   int32_t penalty_last_n = 64;       // how many recent tokens the penalties look at
   uint64_t seed = 0;
   int32_t n_logprobs = 0;            // top alternatives to report (0..20)
+  std::vector<token_bias> logit_bias;  // at most one entry per token
 
   // Names the first parameter out of range, if any.
   status validate() const;
@@ -30,7 +37,7 @@ struct sampling_params {
   // which needs none of the log-softmax over the vocabulary that a logprob does.
   bool plain_greedy() const {
     return temperature <= 0.0f && n_logprobs == 0 && repetition_penalty == 1.0f && frequency_penalty == 0.0f &&
-           presence_penalty == 0.0f;
+           presence_penalty == 0.0f && logit_bias.empty();
   }
   // Whether sampling a row costs more than finding its maximum (a pass or more over the
   // vocabulary): worth spreading such rows over threads (backend::for_each_row).

@@ -263,15 +263,25 @@ struct fragment {
 };
 
 // Splits special tokens out of raw text, longest first, like llama.cpp's
-// tokenizer_st_partition. Control and unknown tokens only when `parse_special`.
-std::vector<fragment> partition(const tokenizer_data& d, std::string_view text, bool parse_special) {
+// tokenizer_st_partition. Control and unknown tokens only when `parse_special`, and then only
+// inside `spans` when it is given (a match that is not is skipped, and the search goes on one
+// byte further, so that a rejected match never hides an accepted one it overlaps).
+std::vector<fragment> partition(const tokenizer_data& d, std::string_view text, bool parse_special,
+                                const tokenizer::spans* spans) {
   std::vector<fragment> frags;
   if (text.empty()) return frags;
   frags.push_back({-1, 0, text.size()});
   std::vector<fragment> next;
+  auto inside_spans = [&](size_t b, size_t e) {
+    for (const auto& [sb, se] : *spans)
+      if (b >= sb && e <= se) return true;
+    return false;
+  };
   for (int32_t id : d.special) {
     const auto t = d.type[id];
-    if (!parse_special && (t == token_type::control || t == token_type::unknown)) continue;
+    const bool control = t == token_type::control || t == token_type::unknown;
+    if (!parse_special && control) continue;
+    const bool limited = control && spans != nullptr;
     const std::string& s = d.text[id];
     if (text.find(s) == std::string_view::npos) continue;  // the common case: cheap to rule out
     next.clear();
@@ -283,9 +293,14 @@ std::vector<fragment> partition(const tokenizer_data& d, std::string_view text, 
       const size_t end = f.off + f.len;
       const std::string_view window = text.substr(0, end);
       size_t pos = f.off;
-      for (size_t m; (m = window.find(s, pos)) != std::string_view::npos; pos = m + s.size()) {
+      for (size_t from = pos, m; (m = window.find(s, from)) != std::string_view::npos;) {
+        if (limited && !inside_spans(m, m + s.size())) {
+          from = m + 1;
+          continue;
+        }
         if (m > pos) next.push_back({-1, pos, m - pos});
         next.push_back({id, m, s.size()});
+        pos = from = m + s.size();
       }
       if (pos < end) next.push_back({-1, pos, end - pos});
     }
@@ -348,11 +363,16 @@ result<tokenizer> tokenizer::from_gguf(const gguf_file& f) {
 }
 
 std::vector<int32_t> tokenizer::encode(std::string_view text, bool add_bos, bool parse_special) const {
+  return encode_impl(text, add_bos, parse_special, nullptr);
+}
+
+std::vector<int32_t> tokenizer::encode_impl(std::string_view text, bool add_bos, bool parse_special,
+                                            const spans* special_spans) const {
   const auto& d = *d_;
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 2);
   if (add_bos && d.bos >= 0) out.push_back(d.bos);
-  const auto frags = partition(d, text, parse_special);
+  const auto frags = partition(d, text, parse_special, special_spans);
 
   if (d.kind == tokenizer_kind::bpe) {
     const auto& alpha = detail::byte_level_alphabet::get();
@@ -400,6 +420,14 @@ result<std::vector<int32_t>> tokenizer::encode_checked(std::string_view text, bo
   if (bad != std::string_view::npos)
     return make_error("invalid UTF-8 at byte offset " + std::to_string(bad));
   return encode(text, add_bos, parse_special);
+}
+
+result<std::vector<int32_t>> tokenizer::encode_checked(std::string_view text, bool add_bos,
+                                                       const spans& special_spans) const {
+  const size_t bad = detail::find_invalid_utf8(text);
+  if (bad != std::string_view::npos)
+    return make_error("invalid UTF-8 at byte offset " + std::to_string(bad));
+  return encode_impl(text, add_bos, true, &special_spans);
 }
 
 std::string tokenizer::token_to_piece(int32_t id, bool render_special) const {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/result.hpp"
@@ -52,6 +53,14 @@ class tokenizer {
   // Same, but ill-formed UTF-8 is an error naming the byte offset of the first bad byte.
   result<std::vector<int32_t>> encode_checked(std::string_view text, bool add_bos = false,
                                               bool parse_special = false) const;
+  // Byte ranges [first, second) of a text, ascending and not overlapping.
+  using spans = std::vector<std::pair<size_t, size_t>>;
+  // Like encode_checked with parse_special, but a control token is read from text only where
+  // its whole spelling lies inside one of `special_spans`; elsewhere it is plain text. A chat
+  // prompt passes its template's own text as the spans, so that a message cannot spell a role
+  // marker. Text on both sides of a span's edge is tokenized as one, as encode() would.
+  result<std::vector<int32_t>> encode_checked(std::string_view text, bool add_bos,
+                                              const spans& special_spans) const;
 
   // The bytes a token stands for (may be part of a UTF-8 sequence: see detokenizer). Control
   // and unknown tokens give "" unless `render_special`; an out-of-range id gives "".
@@ -82,6 +91,9 @@ class tokenizer {
 
  private:
   explicit tokenizer(std::shared_ptr<const detail::tokenizer_data> d) : d_(std::move(d)) {}
+  // parse_special, limited to `special_spans` when not null.
+  std::vector<int32_t> encode_impl(std::string_view text, bool add_bos, bool parse_special,
+                                   const spans* special_spans) const;
   std::shared_ptr<const detail::tokenizer_data> d_;
 };
 

@@ -12,6 +12,7 @@
 #include <boost/beast/websocket/rfc6455.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "net/detail/server_context.hpp"
 #include "net/openai_codec.hpp"
 #include "net/tokenize_codec.hpp"
+#include "structured/tool_calls.hpp"
 
 namespace troupe::net::detail {
 
@@ -43,13 +45,32 @@ std::string strip_query(beast::string_view target) {
   return std::string(q == beast::string_view::npos ? target : target.substr(0, q));
 }
 
+// The endpoints whose body is JSON: a page of another site can post text/plain or a form to any
+// server without asking first (no CORS preflight), but not application/json; requiring it keeps
+// such posts out.
+bool takes_json(std::string_view path) {
+  return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/embeddings" ||
+         path == "/tokenize" || path == "/detokenize";
+}
+
+// After an answer that closes the connection, the unread rest of the request (a body over the
+// limit, or one that was refused before it was read) is read and dropped, up to this many bytes
+// and for at most linger_time, before the socket closes: closing with unread bytes makes the
+// kernel send a reset, which can destroy the answer before the client reads it (a client still
+// sending its body would see a broken pipe instead of the 413).
+constexpr size_t linger_bytes = 16 << 20;
+constexpr std::chrono::seconds linger_time{5};
+
 class http_session : public std::enable_shared_from_this<http_session> {
  public:
-  http_session(server_context& ctx, tcp::socket&& s) : ctx_(ctx), stream_(std::move(s)) {
+  http_session(server_context& ctx, tcp::socket&& s, std::shared_ptr<void> slot, std::string refusal) :
+      ctx_(ctx), stream_(std::move(s)), slot_(std::move(slot)), refusal_(std::move(refusal)) {
     ctx_.met.connection_opened(false);
+    if (!slot_) ctx_.refusing.fetch_add(1);
   }
   ~http_session() {
     ctx_.met.connection_closed(false);
+    if (!slot_) ctx_.refusing.fetch_sub(1);
     if (!ended_) request_.cancel();
   }
 
@@ -60,12 +81,66 @@ class http_session : public std::enable_shared_from_this<http_session> {
  private:
   // ---- reading and routing ----------------------------------------------------------------
   void do_read() {
+    if (peer_closed_ && buffer_.size() == 0) return close();  // nothing more can come
     parser_.emplace();
     parser_->body_limit(ctx_.opts.max_body_bytes);
     parser_->header_limit(16 * 1024);
-    stream_.expires_after(ctx_.opts.http_read_timeout);  // stalled senders and idle keep-alives go
+    // Stalled senders and idle keep-alives go; a refused connection gets a few seconds at most.
+    stream_.expires_after(refusal_.empty() ? ctx_.opts.http_read_timeout
+                                           : std::min<std::chrono::seconds>(ctx_.opts.http_read_timeout, linger_time));
+    // The header first: what it says decides whether the body is read at all.
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) return on_read(ec);
+    const auto& h = parser_->get();
+    keep_alive_ = h.keep_alive();
+    version_ = h.version();
+    if (!refusal_.empty()) return refuse(h);
+    if (auto e = check_header(h)) {
+      endpoint_ = "other";
+      keep_alive_ = false;  // the body (if any) stays unread: this connection cannot go on
+      return send_error(*e);
+    }
+    if (parser_->is_done()) return on_read({});
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  }
+
+  // Framing, the Host and the Origin, before the body is read (net/request_guard.hpp).
+  std::optional<api_error> check_header(const http::request_parser<http::string_body>::value_type& h) {
+    const auto te = h[http::field::transfer_encoding];
+    if (auto e = request_guard::check_transfer_encoding(std::string_view(te.data(), te.size()))) return e;
+    const auto host = h[http::field::host];
+    const std::string_view host_v(host.data(), host.size());
+    if (auto e = ctx_.guard.check_host(host_v, h.find(http::field::host) != h.end(), h.version())) return e;
+    const auto origin = h[http::field::origin];
+    const std::string_view origin_v(origin.data(), origin.size());
+    if (auto e = ctx_.guard.check_origin(origin_v, host_v)) return e;
+    cors_origin_ = std::string(origin_v);  // allowed (or none): answers carry CORS headers for it
+    const std::string path = strip_query(h.target());
+    if (h.method() == http::verb::post && takes_json(path)) {
+      const auto ct = h[http::field::content_type];
+      if (auto e = request_guard::check_json_content_type(std::string_view(ct.data(), ct.size()))) return e;
+    }
+    return std::nullopt;
+  }
+
+  // A connection over max_connections (or the per-client limit): 503, or for a WebSocket upgrade
+  // a close frame (1013, try again later), then closed.
+  void refuse(const http::request_parser<http::string_body>::value_type& h) {
+    endpoint_ = "other";
+    keep_alive_ = false;
+    if (beast::websocket::is_upgrade(h) && parser_->is_done()) {
+      auto req = parser_->release();
+      return start_ws_session(ctx_, std::move(stream_), std::move(req), {}, {}, false, nullptr, refusal_);
+    }
+    retry_after_s_ = 1;
+    api_error e = bad_status(503, refusal_, "too_many_connections");
+    e.type = "server_error";
+    send_error(e);
   }
 
   void on_read(beast::error_code ec) {
@@ -73,8 +148,10 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (ec == http::error::body_limit) {
       keep_alive_ = false;
       endpoint_ = "other";
-      return send_error(bad_status(413, "the body is larger than " + std::to_string(ctx_.opts.max_body_bytes) +
-                                            " bytes", "body_too_large"));
+      api_error e = bad_status(413, "the body is larger than " + std::to_string(ctx_.opts.max_body_bytes) +
+                                       " bytes (server.max_body_bytes)", "body_too_large");
+      e.param = "body";
+      return send_error(e);
     }
     if (ec == http::error::header_limit) {
       keep_alive_ = false;
@@ -128,6 +205,12 @@ class http_session : public std::enable_shared_from_this<http_session> {
       e.type = "server_error";
       return send_error(e);
     }
+    if (method == http::verb::options) {
+      // A CORS preflight: the Origin was checked with the header (a foreign one got 403).
+      endpoint_ = "preflight";
+      if (cors_origin_.empty()) return method_not_allowed("GET or POST (OPTIONS is for CORS preflights)");
+      return send(http::status::no_content, {}, nullptr);
+    }
     if (path == "/v1/ws") {
       endpoint_ = "ws";
       if (!get) return method_not_allowed("GET (a WebSocket upgrade)");
@@ -146,7 +229,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
         }
       }
       flight_.reset();  // the WebSocket session counts its own requests
-      start_ws_session(ctx_, std::move(stream_), std::move(req), owner, tenant, authed);
+      start_ws_session(ctx_, std::move(stream_), std::move(req), owner, tenant, authed, std::move(slot_));
       return;
     }
     if (path == "/health") {
@@ -243,7 +326,15 @@ class http_session : public std::enable_shared_from_this<http_session> {
                                            [base64](const embedding_result& r) { return embeddings_json(r, base64); });
     }
     endpoint_ = "other";
-    api_error e = bad_status(404, "no such endpoint: " + std::string(req.method_string()) + " " + path, "not_found");
+    // The endpoints that exist, named so that a client that guessed (the Responses API, an older
+    // path) learns what to use instead.
+    const std::string what = path == "/v1/responses" || path.rfind("/v1/responses/", 0) == 0
+                                 ? "the Responses API (/v1/responses) is not served here"
+                                 : "no such endpoint: " + std::string(req.method_string()) + " " + path;
+    api_error e = bad_status(404, what + "; the endpoints are POST /v1/chat/completions, POST /v1/completions, "
+                                         "POST /v1/embeddings, GET /v1/models, POST /tokenize, POST /detokenize, "
+                                         "GET /v1/ws (WebSocket), GET /health, GET /metrics",
+                             "not_found");
     e.type = "invalid_request_error";
     send_error(e);
   }
@@ -284,6 +375,11 @@ class http_session : public std::enable_shared_from_this<http_session> {
   // ---- plain responses --------------------------------------------------------------------
   void send(http::status st, std::string body, const char* content_type) {
     ctx_.met.count_request(endpoint_, std::to_string(static_cast<int>(st)));
+    if (st == http::status::no_content) {
+      auto res = std::make_shared<http::response<http::empty_body>>(st, version_);
+      set_headers(*res, content_type);
+      return write(res);
+    }
     if (head_request_) {
       auto res = std::make_shared<http::response<http::empty_body>>(st, version_);
       set_headers(*res, content_type);
@@ -300,10 +396,23 @@ class http_session : public std::enable_shared_from_this<http_session> {
   template <class Response>
   void set_headers(Response& res, const char* content_type) {
     res.set(http::field::server, "troupe");
-    res.set(http::field::content_type, content_type);
+    if (content_type) res.set(http::field::content_type, content_type);
     if (retry_after_s_ > 0) res.set(http::field::retry_after, std::to_string(retry_after_s_));
     retry_after_s_ = 0;
+    if (!cors_origin_.empty()) {
+      res.set(http::field::access_control_allow_origin, cors_origin_);
+      res.set(http::field::vary, "Origin");
+      res.set(http::field::access_control_allow_methods, "GET, POST, OPTIONS");
+      res.set(http::field::access_control_allow_headers, "Authorization, Content-Type");
+      res.set(http::field::access_control_max_age, "600");
+    }
     res.keep_alive(keep_alive_);
+  }
+
+  // The same headers, for the hand-written head of a server-sent-event stream.
+  std::string cors_header_lines() const {
+    if (cors_origin_.empty()) return {};
+    return "Access-Control-Allow-Origin: " + cors_origin_ + "\r\nVary: Origin\r\n";
   }
 
   template <class Response>
@@ -334,10 +443,13 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
   void reset_request_state() {
     request_ = {};
+    hold_self_.reset();
+    cors_origin_.clear();
     ended_ = false;
     streaming_ = false;
     head_sent_ = false;
-    text_.clear();
+    choices_.clear();
+    echo_.clear();
     queue_.clear();
     finishing_ = false;
   }
@@ -352,75 +464,216 @@ class http_session : public std::enable_shared_from_this<http_session> {
       if (!head_sent_) ctx_.met.count_request(endpoint_, "499");
       request_.cancel();
     }
+    hold_self_.reset();
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    stream_.socket().close(ec);
+    if (ec || peer_closed_) {
+      stream_.socket().close(ec);
+      return;
+    }
+    if (watching_) {
+      stream_.socket().cancel(ec);  // the watch read's handler lingers
+      return;
+    }
+    linger();
+  }
+
+  // Reads and drops what the client still sends (see linger_bytes), then closes.
+  void linger() {
+    stream_.expires_after(linger_time);
+    stream_.async_read_some(asio::buffer(drain_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->lingered_ += n;
+      beast::error_code ignored;
+      if (ec || self->lingered_ >= linger_bytes) {
+        self->stream_.socket().close(ignored);
+        return;
+      }
+      self->linger();
+    });
   }
 
   // ---- completions ------------------------------------------------------------------------
+  // One choice of the running completion: its own request (n > 1 runs n of them).
+  struct choice_state {
+    explicit choice_state(metrics& m) : recorder(m) {}
+    request_recorder recorder;
+    bool ended = false;
+    std::string text;                            // not streamed: the whole text
+    std::string finish_reason;
+    std::vector<token_logprob_entry> logprobs;   // not streamed: every token's
+    int64_t piece_bytes = 0;                     // streamed completions: text_offset so far
+    actors::usage_info usage;
+    // Chat with tools offered: the reply is read for calls (structured/tool_calls.hpp).
+    std::optional<structured::tool_call_parser> tool_parser;
+  };
+
   void start_completion(openai_request req, const std::string& tenant) {
+    // logit_bias ids are checked against the vocabulary, which only the pipeline knows.
+    if (const int32_t nv = ctx_.inf.vocab_size(); nv > 0) {
+      for (const auto& b : req.spec.sampling.logit_bias) {
+        if (b.token < nv) continue;
+        const std::string at = "logit_bias." + std::to_string(b.token);
+        return send_error(bad_request("'" + at + "': token " + std::to_string(b.token) + " is outside the vocabulary (0.." +
+                                          std::to_string(nv - 1) + ")",
+                                      at));
+      }
+    }
     streaming_ = req.stream;
     include_usage_ = req.include_usage;
+    logprobs_ = req.logprobs;
+    echo_ = req.echo ? req.spec.prompt : std::string();
     head_ = completion_result{};
     head_.id = (chat_ ? "chatcmpl-" : "cmpl-") + std::to_string(next_completion_id.fetch_add(1));
     head_.created = unix_now();
     head_.model = req.model.empty() ? ctx_.inf.model_name() : req.model;
+    head_.logprobs = req.logprobs;
+    head_.text_offset_base = static_cast<int64_t>(echo_.size());
     req.spec.tenant = tenant;
     stream_.expires_never();
-    recorder_ = request_recorder(ctx_.met);
-    std::weak_ptr<http_session> w = weak_from_this();
-    request_ = ctx_.inf.submit(std::move(req.spec), [w](const actors::event& e) {
-      if (auto s = w.lock()) {
-        auto ex = s->stream_.get_executor();
-        asio::post(ex, [s = std::move(s), e] { s->on_event(e); });
-      }
-    });
+    ++generation_;
+    choices_.clear();
+    for (int32_t i = 0; i < req.n; ++i) choices_.emplace_back(ctx_.met);
+    if (chat_ && !req.spec.tools.empty() && req.spec.tool_choice != actors::tool_choice::none)
+      for (auto& c : choices_) c.tool_parser.emplace(ctx_.inf.tool_format());
+    n_ended_ = 0;
+    others_submitted_ = req.n == 1;
+    spec_ = std::move(req.spec);
+    submit_choice(0);
     watch_disconnect();  // also keeps this session alive while the request runs
   }
 
-  void on_event(const actors::event& e) {
-    if (closed_ || ended_) return;
-    recorder_.record(e, std::chrono::steady_clock::now());
+  // Choice i is its own request with seed + i (greedy ones are equal, as OpenAI's). Choice 0 goes
+  // first, the others once its first token is out: by then its prompt's KV blocks are in the
+  // prefix cache and the others share them instead of computing them again.
+  void submit_choice(size_t i) {
+    actors::request_spec spec = spec_;
+    spec.sampling.seed = spec_.sampling.seed + i;
+    std::weak_ptr<http_session> w = weak_from_this();
+    const uint64_t gen = generation_;
+    request_.handles.push_back(ctx_.inf.submit(std::move(spec), [w, gen, i](const actors::event& e) {
+      if (auto s = w.lock()) {
+        auto ex = s->stream_.get_executor();
+        asio::post(ex, [s = std::move(s), gen, i, e] { s->on_event(gen, i, e); });
+      }
+    }));
+  }
+
+  // A token's logprob as the response shows it: its bytes and the alternatives'.
+  token_logprob_entry logprob_entry(const actors::token_event& t) const {
+    token_logprob_entry out;
+    out.piece = ctx_.inf.token_piece(t.token);
+    out.logprob = t.logprob;
+    for (const auto& alt : t.top) out.top.emplace_back(ctx_.inf.token_piece(alt.token), alt.logprob);
+    return out;
+  }
+
+  const std::string& chunk(const chunk_spec& c) {
+    chunk_buf_ = sse_event(chat_ ? chat_chunk_json(head_, c) : text_chunk_json(head_, c));
+    return chunk_buf_;
+  }
+
+  void on_event(uint64_t gen, size_t i, const actors::event& e) {
+    // A choice cancelled with its siblings may still answer after the completion ended (or after
+    // the next request on this connection began): ignored.
+    if (closed_ || ended_ || gen != generation_ || i >= choices_.size() || choices_[i].ended) return;
+    auto& c = choices_[i];
+    c.recorder.record(e, std::chrono::steady_clock::now());
+    if (!others_submitted_ && i == 0 && !std::holds_alternative<actors::error_event>(e)) {
+      others_submitted_ = true;
+      for (size_t k = 1; k < choices_.size(); ++k) submit_choice(k);
+    }
     if (auto* t = std::get_if<actors::token_event>(&e)) {
+      std::vector<token_logprob_entry> lp;
+      if (logprobs_) lp.push_back(logprob_entry(*t));
+      if (c.tool_parser) {
+        auto ds = c.tool_parser->push(t->text);
+        if (!streaming_) {
+          for (const auto& d : ds) c.text += d.content;
+          if (logprobs_) c.logprobs.push_back(std::move(lp.front()));
+          return;
+        }
+        return stream_tool_deltas(i, ds, logprobs_ ? &lp : nullptr);
+      }
       if (!streaming_) {
-        text_ += t->text;
+        c.text += t->text;
+        if (logprobs_) c.logprobs.push_back(std::move(lp.front()));
         return;
       }
-      if (t->text.empty()) return;
+      if (t->text.empty() && !logprobs_) return;
       ensure_sse_head();
-      chunk_spec c;
-      c.text = t->text;
-      queue_chunk(sse_event(chat_ ? chat_chunk_json(head_, c) : text_chunk_json(head_, c)));
+      chunk_spec cs;
+      cs.index = static_cast<int32_t>(i);
+      cs.text = t->text;
+      if (logprobs_) {
+        cs.logprobs = &lp;
+        cs.text_offset = head_.text_offset_base + c.piece_bytes;
+        c.piece_bytes += static_cast<int64_t>(lp.front().piece.size());
+      }
+      queue_chunk(chunk(cs));
       return;
     }
-    ended_ = true;
     if (auto* d = std::get_if<actors::done_event>(&e)) {
+      c.ended = true;
+      c.finish_reason = d->finish_reason;
+      c.usage = d->usage;
+      ++n_ended_;
+      if (c.tool_parser) {
+        auto ds = c.tool_parser->push(d->text);
+        auto rest = c.tool_parser->finish();
+        ds.insert(ds.end(), rest.begin(), rest.end());
+        if (!c.tool_parser->calls().empty() && c.finish_reason == actors::finish::stop) c.finish_reason = "tool_calls";
+        if (!streaming_) {
+          for (const auto& x : ds) c.text += x.content;
+        } else {
+          stream_tool_deltas(i, ds, nullptr);
+          chunk_spec cs;
+          cs.index = static_cast<int32_t>(i);
+          cs.finish_reason = c.finish_reason;
+          queue_chunk(chunk(cs));
+        }
+      } else if (!streaming_) {
+        c.text += d->text;
+      } else {
+        ensure_sse_head();
+        chunk_spec cs;
+        cs.index = static_cast<int32_t>(i);
+        if (!d->text.empty()) {
+          cs.text = d->text;
+          queue_chunk(chunk(cs));
+        }
+        cs.text = {};
+        cs.finish_reason = d->finish_reason;
+        queue_chunk(chunk(cs));
+      }
+      if (n_ended_ < choices_.size()) return;
+      ended_ = true;
+      // The prompt is counted once (choice 0's, with its prefix-cache share); the completions add up.
+      actors::usage_info usage = choices_[0].usage;
+      usage.completion_tokens = 0;
+      for (const auto& ch : choices_) usage.completion_tokens += ch.usage.completion_tokens;
       if (!streaming_) {
         completion_result r = head_;
-        r.text = text_ + d->text;
-        r.finish_reason = d->finish_reason;
-        r.usage = d->usage;
+        r.usage = usage;
+        for (size_t k = 0; k < choices_.size(); ++k) {
+          auto& ch = choices_[k];
+          std::vector<actors::tool_call> calls;
+          if (ch.tool_parser)
+            for (size_t j = 0; j < ch.tool_parser->calls().size(); ++j)
+              calls.push_back({call_id(k, j), ch.tool_parser->calls()[j].name, ch.tool_parser->calls()[j].arguments});
+          r.choices.push_back({echo_ + ch.text, ch.finish_reason, std::move(ch.logprobs), std::move(calls)});
+        }
         return send(http::status::ok, chat_ ? chat_completion_json(r) : text_completion_json(r), "application/json");
       }
-      ensure_sse_head();
-      chunk_spec c;
-      c.text = d->text;
-      c.finish_reason = d->finish_reason;
-      if (!d->text.empty()) {
-        chunk_spec t;
-        t.text = d->text;
-        queue_chunk(sse_event(chat_ ? chat_chunk_json(head_, t) : text_chunk_json(head_, t)));
-      }
-      c.text = {};
-      queue_chunk(sse_event(chat_ ? chat_chunk_json(head_, c) : text_chunk_json(head_, c)));
       if (include_usage_) {
         chunk_spec u;
-        u.usage = &d->usage;
+        u.usage = &usage;
         u.no_choices = true;
-        queue_chunk(sse_event(chat_ ? chat_chunk_json(head_, u) : text_chunk_json(head_, u)));
+        queue_chunk(chunk(u));
       }
       return end_sse();
     }
+    ended_ = true;
+    request_.cancel();  // one choice failed: the answer fails, the other choices stop
     const auto& err = std::get<actors::error_event>(e);
     api_error ae = from_pipeline_error(err);
     if (!head_sent_) {
@@ -432,18 +685,61 @@ class http_session : public std::enable_shared_from_this<http_session> {
     end_sse();
   }
 
+  // A tool call's id: unique per completion and choice, as OpenAI's `call_...`.
+  std::string call_id(size_t choice, size_t call) const {
+    return "call_" + head_.id.substr(head_.id.find('-') + 1) + "_" + std::to_string(choice) + "_" + std::to_string(call);
+  }
+
+  // Streams what the tool-call parser released: content as `delta.content`, calls as
+  // `delta.tool_calls` (id, type and name first, then the arguments in pieces). The token's
+  // logprobs (when asked) ride on the first chunk, or on an empty one.
+  void stream_tool_deltas(size_t i, const std::vector<structured::tool_call_parser::delta>& ds,
+                          const std::vector<token_logprob_entry>* lp) {
+    ensure_sse_head();
+    for (const auto& d : ds) {
+      chunk_spec cs;
+      cs.index = static_cast<int32_t>(i);
+      std::string id;
+      if (d.call < 0) {
+        if (d.content.empty()) continue;
+        cs.text = d.content;
+      } else {
+        cs.call_index = d.call;
+        if (!d.name.empty()) {
+          id = call_id(i, static_cast<size_t>(d.call));
+          cs.call_id = id;
+          cs.call_name = d.name;
+        }
+        cs.call_arguments = d.arguments;
+      }
+      cs.logprobs = lp;
+      lp = nullptr;
+      queue_chunk(chunk(cs));
+    }
+    if (lp) {
+      chunk_spec cs;
+      cs.index = static_cast<int32_t>(i);
+      cs.logprobs = lp;
+      queue_chunk(chunk(cs));
+    }
+  }
+
   void ensure_sse_head() {
     if (head_sent_) return;
     head_sent_ = true;
     ctx_.met.count_request(endpoint_, "200");
     std::string h = "HTTP/1.1 200 OK\r\nServer: troupe\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                    "Transfer-Encoding: chunked\r\n";
+                    "Transfer-Encoding: chunked\r\n" + cors_header_lines();
     h += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     queue_raw(std::move(h));
-    if (chat_) {
+    // Each choice opens with its role (chat) or the echoed prompt (completions with `echo`).
+    for (size_t i = 0; i < choices_.size(); ++i) {
       chunk_spec c;
-      c.role_only = true;
-      queue_chunk(sse_event(chat_chunk_json(head_, c)));
+      c.index = static_cast<int32_t>(i);
+      if (chat_) c.role_only = true;
+      else if (!echo_.empty()) c.text = echo_;
+      else continue;
+      queue_chunk(chunk(c));
     }
   }
 
@@ -488,6 +784,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     watching_ = true;
     stream_.socket().async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
       self->watching_ = false;
+      if (self->closed_) return self->linger();
       if (!ec) {
         self->buffer_.commit(n);  // a pipelined request: parsed once this one ends
         if (self->buffer_.size() > self->ctx_.opts.max_body_bytes) return self->close();
@@ -503,7 +800,20 @@ class http_session : public std::enable_shared_from_this<http_session> {
         self->reset_request_state();
         return self->do_read();
       }
-      self->close();  // the client went away: cancels the request
+      if (ec == asio::error::eof && !self->closed_) {
+        // Half-closed (shutdown(SHUT_WR), `nc -N`): the client sent all it will send and still
+        // reads, as HTTP/1.1 allows. Its request goes on and is answered; only a reset or a
+        // failed write means it is gone. Nothing else holds the session meanwhile.
+        self->peer_closed_ = true;
+        if (!self->ended_ || self->writing_) self->hold_self_ = self;
+        if (self->resume_after_watch_) {
+          self->resume_after_watch_ = false;
+          self->reset_request_state();
+          return self->do_read();
+        }
+        return;
+      }
+      self->close();  // the client went away (reset): cancels the request
     });
   }
 
@@ -518,6 +828,13 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
   server_context& ctx_;
   beast::tcp_stream stream_;
+  std::shared_ptr<void> slot_;  // this connection's place among the open ones (none: refused)
+  std::string refusal_;         // why it is refused
+  std::string cors_origin_;     // the request's allowed Origin (empty: none)
+  bool peer_closed_ = false;    // the client half-closed (read EOF)
+  std::shared_ptr<http_session> hold_self_;  // alive while a half-closed client's answer is due
+  std::array<char, 4096> drain_{};
+  size_t lingered_ = 0;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   bool keep_alive_ = true;
@@ -531,11 +848,25 @@ class http_session : public std::enable_shared_from_this<http_session> {
   bool chat_ = true;
   bool streaming_ = false;
   bool include_usage_ = false;
-  actors::request_handle request_;  // empty between requests
-  bool ended_ = false;
+  // The requests of the running completion's choices: cancelled together.
+  struct request_set {
+    std::vector<actors::request_handle> handles;
+    explicit operator bool() const { return !handles.empty(); }
+    void cancel() const {
+      for (const auto& h : handles) h.cancel();
+    }
+  };
+  request_set request_;  // empty between requests
+  bool ended_ = false;   // every choice ended (or one failed)
   completion_result head_;
-  std::string text_;
-  request_recorder recorder_{ctx_.met};
+  actors::request_spec spec_;         // what each choice submits (its seed + index)
+  std::vector<choice_state> choices_;
+  size_t n_ended_ = 0;
+  bool others_submitted_ = true;      // choices 1.. submitted (after choice 0's first event)
+  uint64_t generation_ = 0;           // tells a finished completion's late events apart
+  bool logprobs_ = false;
+  std::string echo_;                  // completions with `echo`: the prompt
+  std::string chunk_buf_;
   // SSE output.
   bool head_sent_ = false;
   std::deque<std::string> queue_;
@@ -547,8 +878,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
 }  // namespace
 
-void start_http_session(server_context& ctx, tcp::socket socket) {
-  std::make_shared<http_session>(ctx, std::move(socket))->run();
+void start_http_session(server_context& ctx, tcp::socket socket, std::shared_ptr<void> slot, std::string refusal) {
+  std::make_shared<http_session>(ctx, std::move(socket), std::move(slot), std::move(refusal))->run();
 }
 
 }  // namespace troupe::net::detail

@@ -14,6 +14,7 @@
 #include "net/api_error.hpp"
 #include "net/openai_codec.hpp"
 #include "net/tokenize_codec.hpp"
+#include "structured/tool_calls.hpp"
 
 namespace troupe::net {
 
@@ -44,6 +45,16 @@ class inference {
     (void)action;
     done({404, R"({"error":{"message":"no admin actions here","type":"invalid_request_error","code":"not_found"}})"});
   }
+  // The bytes token `id` stands for (possibly part of a UTF-8 sequence; "" outside the
+  // vocabulary or while loading): logprobs show them.
+  virtual std::string token_piece(int32_t id) const {
+    (void)id;
+    return {};
+  }
+  // The vocabulary's size, 0 while loading: logit_bias ids are checked against it.
+  virtual int32_t vocab_size() const { return 0; }
+  // How the model writes tool calls (its chat template's family): replies are read with it.
+  virtual structured::tool_format tool_format() const { return structured::tool_format::hermes; }
   // Details for /health as JSON object members (`"cache":{...}`), possibly cached; may be empty.
   virtual std::string health_details() const { return {}; }
 

@@ -1,6 +1,7 @@
 #include "net/openai_codec.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "net/detail/request_reader.hpp"
@@ -54,6 +55,34 @@ parsed_openai parse_openai_request(std::string_view body, bool chat) {
   dom::object obj;
   if (!detail::parse_object(body, obj, out.error)) return out;
   reader r{obj, std::nullopt, {}};
+  // Every field either endpoint takes; docs/protocol.md lists each as honoured, refused by name
+  // (detail::refuse below) or ignored on purpose.
+  if (chat) {
+    detail::known_fields(r, {TROUPE_COMMON_FIELDS, "messages", "stream", "stream_options", "n", "logprobs",
+                             "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "user", "metadata",
+                             "store", "service_tier", "modalities", "prompt_cache_key", "safety_identifier",
+                             // refused by name below
+                             "prompt", "audio", "functions", "function_call", "prediction", "reasoning_effort",
+                             "web_search_options", "verbosity"});
+    detail::refuse(r, "prompt", "the chat endpoint takes 'messages' ('prompt' is for /v1/completions)");
+    detail::refuse(r, "audio", "this server answers in text only");
+    detail::refuse(r, "functions", "the deprecated function-calling fields are not served: use 'tools'");
+    detail::refuse(r, "function_call", "the deprecated function-calling fields are not served: use 'tool_choice'");
+    detail::refuse(r, "prediction", "predicted outputs are not served");
+    detail::refuse(r, "reasoning_effort", "the model is not a reasoning model");
+    detail::refuse(r, "web_search_options", "there is no web search here");
+    detail::refuse(r, "verbosity", "the model has no verbosity setting");
+  } else {
+    detail::known_fields(r, {TROUPE_COMMON_FIELDS, "prompt", "stream", "stream_options", "n", "logprobs", "echo",
+                             "suffix", "best_of", "user",
+                             // refused by name below
+                             "messages", "top_logprobs"});
+    detail::refuse(r, "messages", "the completions endpoint takes 'prompt' ('messages' is for /v1/chat/completions)");
+    detail::refuse(r, "top_logprobs", "the completions endpoint takes the number of alternatives in 'logprobs'");
+    // Fill-in-the-middle needs the model's FIM tokens; the default model (SmolLM2) has none, so
+    // the FIM prompt is not implemented (docs/protocol.md).
+    detail::refuse(r, "suffix", "fill-in-the-middle is not served (the default model, SmolLM2, has no FIM tokens)");
+  }
   openai_request req;
   detail::read_common(r, req.spec);
   req.model = req.spec.model;
@@ -62,29 +91,84 @@ parsed_openai parse_openai_request(std::string_view body, bool chat) {
     if (!so->is_object()) r.wrong("stream_options", "an object", *so);
     else {
       reader sr{dom::object(*so), std::nullopt, "stream_options."};
+      detail::known_fields(sr, {"include_usage"});
       sr.boolean("include_usage", req.include_usage);
-      if (sr.err) r.err = sr.err;
+      if (sr.err && !r.err) r.err = sr.err;
     }
+    if (!r.err && !req.stream)
+      r.err = bad_request("'stream_options' goes with 'stream': true", "stream_options");
   }
   int64_t n = 1;
   r.integer("n", n);
-  if (!r.err && n != 1) r.err = bad_request("only n = 1 is supported", "n");
-  // Token logprobs are not returned over HTTP: asking for them is refused by name rather than
-  // answered with `logprobs: null` (false, 0 and null are accepted).
-  if (auto lp = r.get("logprobs"); lp && !r.err) {
-    const bool asked = lp->is_bool() ? bool(*lp) : lp->is_null() ? false : !(lp->is_int64() && int64_t(*lp) == 0);
-    if (asked) r.err = bad_request("'logprobs' are not supported by this server (send false, 0 or leave it out)", "logprobs");
-  }
-  if (auto tl = r.get("top_logprobs"); tl && !r.err && !tl->is_null() && !(tl->is_int64() && int64_t(*tl) == 0))
-    r.err = bad_request("'top_logprobs' are not supported by this server (send 0 or leave it out)", "top_logprobs");
+  if (!r.err && (n < 1 || n > max_choices))
+    r.err = bad_request("'n' must be in [1, " + std::to_string(max_choices) + "]", "n");
+  req.n = static_cast<int32_t>(n);
+  // Things that change nothing the server does, accepted and ignored on purpose (type-checked):
+  // `user` / `safety_identifier` (no per-end-user state), `metadata` and `prompt_cache_key`
+  // (the prefix cache needs no hint).
+  std::string ignored;
+  r.str("user", ignored);
   if (chat) {
+    r.str("safety_identifier", ignored);
+    r.str("prompt_cache_key", ignored);
+    if (auto m = r.get("metadata"); m && !m->is_object()) r.wrong("metadata", "an object", *m);
+    // Values that ask for what the server does anyway; the others are refused by name.
+    if (auto st = r.get("store"); st && !r.err) {
+      if (!st->is_bool()) r.wrong("store", "a boolean", *st);
+      else if (bool(*st)) r.err = bad_request("'store' is not supported by this server: answers are not stored", "store");
+    }
+    std::string tier;
+    r.str("service_tier", tier);
+    if (!r.err && r.get("service_tier") && tier != "auto" && tier != "default")
+      r.err = bad_request("'service_tier' must be \"auto\" or \"default\" (there is one tier)", "service_tier");
+    if (auto md = r.get("modalities"); md && !r.err) {
+      const bool text_only = md->is_array() && dom::array(*md).size() == 1 && dom::array(*md).at(0).is_string() &&
+                             std::string_view(dom::array(*md).at(0)) == "text";
+      if (!text_only) r.err = bad_request("'modalities' must be [\"text\"] (this server answers in text only)", "modalities");
+    }
+    bool parallel = true;
+    r.boolean("parallel_tool_calls", parallel);
+    if (!r.err && !parallel)
+      r.err = bad_request("'parallel_tool_calls' false is not supported by this server (send true or leave it out)",
+                          "parallel_tool_calls");
+    // logprobs: a boolean; top_logprobs 0..20 with it.
+    r.boolean("logprobs", req.logprobs);
+    int64_t top = 0;
+    r.integer("top_logprobs", top);
+    if (!r.err && (top < 0 || top > 20)) r.err = bad_request("'top_logprobs' must be in [0, 20]", "top_logprobs");
+    if (!r.err && top > 0 && !req.logprobs)
+      r.err = bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    req.spec.sampling.n_logprobs = static_cast<int32_t>(top);
+    detail::read_tools(r, req.spec);
     detail::read_messages(r, req.spec);
     if (!r.err && req.spec.messages.empty()) r.err = bad_request("'messages' is required", "messages");
   } else {
+    // logprobs: the number of alternatives, 0..5, as the legacy API (0: the tokens' own only).
+    if (auto lp = r.get("logprobs"); lp && !r.err) {
+      if (lp->is_bool() && !bool(*lp)) {
+        // false: not asked (some clients send it)
+      } else if (!lp->is_int64()) {
+        r.wrong("logprobs", "an integer (the number of alternatives, 0 to 5)", *lp);
+      } else if (int64_t(*lp) < 0 || int64_t(*lp) > max_completion_logprobs) {
+        r.err = bad_request("'logprobs' must be in [0, " + std::to_string(max_completion_logprobs) + "]", "logprobs");
+      } else {
+        req.logprobs = true;
+        req.spec.sampling.n_logprobs = static_cast<int32_t>(int64_t(*lp));
+      }
+    }
+    r.boolean("echo", req.echo);
+    if (!r.err && req.echo && req.logprobs)
+      r.err = bad_request("'echo' with 'logprobs' is not supported: the prompt's logprobs are not computed", "echo");
+    int64_t best_of = 1;
+    r.integer("best_of", best_of);
+    if (!r.err && best_of != 1)
+      r.err = bad_request("'best_of' other than 1 is not supported by this server (use 'n')", "best_of");
     bool seen = false;
     detail::read_prompt(r, req.spec, seen);
     if (!r.err && !seen) r.err = bad_request("'prompt' is required", "prompt");
   }
+  req.spec.logprobs = req.logprobs;
+  detail::bypass_cache_for(r, req.spec, req.logprobs, "logprobs");
   if (r.err) {
     out.error = *r.err;
     return out;
@@ -107,36 +191,122 @@ void write_head(json_writer& w, const completion_result& r, const char* object) 
   w.field("id", r.id).field("object", object).field("created", r.created).field("model", r.model);
 }
 
+// A logprob as OpenAI writes it: finite (-9999 stands for "impossible", as OpenAI uses).
+void write_lp(json_writer& w, float lp) { w.value_float32(std::isfinite(lp) ? lp : -9999.0f); }
+
+void write_bytes(json_writer& w, const std::string& piece) {
+  w.begin_array();
+  for (unsigned char c : piece) w.value(static_cast<int64_t>(c));
+  w.end_array();
+}
+
+// chat: {"content":[{token, logprob, bytes, top_logprobs:[{token, logprob, bytes}]}],"refusal":null}
+// (the writer turns a piece that is not whole UTF-8 into U+FFFD, as OpenAI shows it).
+void write_chat_logprobs(json_writer& w, const std::vector<token_logprob_entry>& entries) {
+  w.key("logprobs").begin_object().key("content").begin_array();
+  for (const auto& e : entries) {
+    w.begin_object().field("token", e.piece).key("logprob");
+    write_lp(w, e.logprob);
+    w.key("bytes");
+    write_bytes(w, e.piece);
+    w.key("top_logprobs").begin_array();
+    for (const auto& [piece, lp] : e.top) {
+      w.begin_object().field("token", piece).key("logprob");
+      write_lp(w, lp);
+      w.key("bytes");
+      write_bytes(w, piece);
+      w.end_object();
+    }
+    w.end_array().end_object();
+  }
+  w.end_array().key("refusal").null().end_object();
+}
+
+// completions: {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{piece: lp}],"text_offset":[..]}.
+// Two alternatives with the same text (two partial UTF-8 pieces both shown as U+FFFD) keep the
+// first: an object's keys must differ.
+void write_text_logprobs(json_writer& w, const std::vector<token_logprob_entry>& entries, int64_t offset) {
+  w.key("logprobs").begin_object().key("tokens").begin_array();
+  for (const auto& e : entries) w.value(e.piece);
+  w.end_array().key("token_logprobs").begin_array();
+  for (const auto& e : entries) write_lp(w, e.logprob);
+  w.end_array().key("top_logprobs").begin_array();
+  for (const auto& e : entries) {
+    w.begin_object();
+    std::vector<std::string> shown;
+    for (const auto& [piece, lp] : e.top) {
+      json_writer k;  // the key as written (U+FFFD for bytes that are not whole UTF-8)
+      k.value(piece);
+      std::string key = k.take();
+      if (std::find(shown.begin(), shown.end(), key) != shown.end()) continue;
+      shown.push_back(std::move(key));
+      w.key(piece);
+      write_lp(w, lp);
+    }
+    w.end_object();
+  }
+  w.end_array().key("text_offset").begin_array();
+  for (const auto& e : entries) {
+    w.value(offset);
+    offset += static_cast<int64_t>(e.piece.size());
+  }
+  w.end_array().end_object();
+}
+
+void write_choice_logprobs(json_writer& w, bool chat, const std::vector<token_logprob_entry>& entries,
+                           int64_t text_offset) {
+  if (chat) write_chat_logprobs(w, entries);
+  else write_text_logprobs(w, entries, text_offset);
+}
+
+// The choices of a whole answer: `choices` when there are several, else the one in `r`.
+std::vector<choice_result> choices_of(const completion_result& r) {
+  if (!r.choices.empty()) return r.choices;
+  return {choice_result{r.text, r.finish_reason, {}, {}}};
+}
+
+std::string completion_json(const completion_result& r, bool chat) {
+  json_writer w;
+  w.begin_object();
+  write_head(w, r, chat ? "chat.completion" : "text_completion");
+  w.key("choices").begin_array();
+  const auto choices = choices_of(r);
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const auto& c = choices[i];
+    w.begin_object().field("index", static_cast<int64_t>(i));
+    if (chat) {
+      w.key("message").begin_object().field("role", "assistant");
+      // With calls and no text, `content` is null, as OpenAI answers it.
+      if (c.text.empty() && !c.tool_calls.empty()) w.key("content").null();
+      else w.field("content", c.text);
+      if (!c.tool_calls.empty()) {
+        w.key("tool_calls").begin_array();
+        for (const auto& tc : c.tool_calls) {
+          w.begin_object().field("id", tc.id).field("type", "function");
+          w.key("function").begin_object().field("name", tc.name).field("arguments", tc.arguments).end_object();
+          w.end_object();
+        }
+        w.end_array();
+      }
+      w.end_object();
+    } else {
+      w.field("text", c.text);
+    }
+    if (r.logprobs) write_choice_logprobs(w, chat, c.logprobs, r.text_offset_base);
+    else w.key("logprobs").null();
+    w.field("finish_reason", c.finish_reason);
+    w.end_object();
+  }
+  w.end_array();
+  write_usage(w, r.usage);
+  w.end_object();
+  return w.take();
+}
+
 }  // namespace
 
-std::string chat_completion_json(const completion_result& r) {
-  json_writer w;
-  w.begin_object();
-  write_head(w, r, "chat.completion");
-  w.key("choices").begin_array().begin_object();
-  w.field("index", int64_t{0});
-  w.key("message").begin_object().field("role", "assistant").field("content", r.text).end_object();
-  w.key("logprobs").null();
-  w.field("finish_reason", r.finish_reason);
-  w.end_object().end_array();
-  write_usage(w, r.usage);
-  w.end_object();
-  return w.take();
-}
-
-std::string text_completion_json(const completion_result& r) {
-  json_writer w;
-  w.begin_object();
-  write_head(w, r, "text_completion");
-  w.key("choices").begin_array().begin_object();
-  w.field("index", int64_t{0}).field("text", r.text);
-  w.key("logprobs").null();
-  w.field("finish_reason", r.finish_reason);
-  w.end_object().end_array();
-  write_usage(w, r.usage);
-  w.end_object();
-  return w.take();
-}
+std::string chat_completion_json(const completion_result& r) { return completion_json(r, true); }
+std::string text_completion_json(const completion_result& r) { return completion_json(r, false); }
 
 std::string sse_event(std::string_view json) {
   std::string out;
@@ -155,16 +325,27 @@ std::string chunk_json(const completion_result& head, const chunk_spec& c, bool 
   write_head(w, head, chat ? "chat.completion.chunk" : "text_completion");
   w.key("choices").begin_array();
   if (!c.no_choices) {
-    w.begin_object().field("index", int64_t{0});
+    w.begin_object().field("index", static_cast<int64_t>(c.index));
     if (chat) {
       w.key("delta").begin_object();
-      if (c.role_only) w.field("role", "assistant").field("content", "");
-      else if (c.finish_reason.empty() || !c.text.empty()) w.field("content", c.text);
+      if (c.role_only) {
+        w.field("role", "assistant").field("content", "");
+      } else if (c.call_index >= 0) {
+        w.key("tool_calls").begin_array().begin_object().field("index", static_cast<int64_t>(c.call_index));
+        if (!c.call_id.empty()) w.field("id", c.call_id).field("type", "function");
+        w.key("function").begin_object();
+        if (!c.call_name.empty()) w.field("name", c.call_name);
+        w.field("arguments", c.call_arguments);
+        w.end_object().end_object().end_array();
+      } else if (c.finish_reason.empty() || !c.text.empty()) {
+        w.field("content", c.text);
+      }
       w.end_object();
     } else {
       w.field("text", c.text);
     }
-    w.key("logprobs").null();
+    if (head.logprobs && c.logprobs) write_choice_logprobs(w, chat, *c.logprobs, c.text_offset);
+    else w.key("logprobs").null();
     w.key("finish_reason");
     if (c.finish_reason.empty()) w.null(); else w.value(c.finish_reason);
     w.end_object();
@@ -185,6 +366,7 @@ parsed_embedding parse_embedding_request(std::string_view body) {
   dom::object obj;
   if (!detail::parse_object(body, obj, out.error)) return out;
   reader r{obj, std::nullopt, {}};
+  detail::known_fields(r, {"input", "model", "encoding_format", "dimensions", "user"});
   embedding_query q;
   r.str("model", q.model);
   std::string format = "float";

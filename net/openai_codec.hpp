@@ -26,7 +26,15 @@ struct openai_request {
   std::string model;            // as the client wrote it (echoed back)
   bool stream = false;
   bool include_usage = false;   // stream_options.include_usage
+  int32_t n = 1;                // choices (1..max_choices), choice i sampled with seed + i
+  bool echo = false;            // completions: the prompt before the completion
+  // Token logprobs asked (chat `logprobs: true`, completions `logprobs: k`); the alternatives
+  // asked are spec.sampling.n_logprobs (chat `top_logprobs`, completions' k).
+  bool logprobs = false;
 };
+
+inline constexpr int32_t max_choices = 16;             // `n`
+inline constexpr int32_t max_completion_logprobs = 5;  // completions' `logprobs`, as OpenAI's legacy API
 
 struct parsed_openai {
   std::optional<openai_request> request;
@@ -36,12 +44,31 @@ struct parsed_openai {
 // `chat`: /v1/chat/completions (needs `messages`); otherwise /v1/completions (needs `prompt`).
 parsed_openai parse_openai_request(std::string_view body, bool chat);
 
+// One generated token's logprob as a response shows it: `piece` is the token's exact bytes
+// (possibly part of a UTF-8 sequence: `bytes` shows them, `token` their text with U+FFFD).
+struct token_logprob_entry {
+  std::string piece;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // the alternatives: piece, logprob
+};
+
+struct choice_result {
+  std::string text;
+  std::string finish_reason;
+  std::vector<token_logprob_entry> logprobs;
+  std::vector<actors::tool_call> tool_calls;  // chat: the calls the reply made (content null when no text)
+};
+
 struct completion_result {
   std::string id;        // "chatcmpl-..." / "cmpl-..."
   int64_t created = 0;   // unix seconds
   std::string model;
+  // One choice: `text` and `finish_reason`; several (n > 1): `choices`, in index order.
   std::string text;
   std::string finish_reason;
+  std::vector<choice_result> choices;
+  bool logprobs = false;          // write each choice's logprobs (else `logprobs: null`)
+  int64_t text_offset_base = 0;   // completions' text_offset of the first token (the echoed prompt's length)
   actors::usage_info usage;
 };
 
@@ -56,11 +83,22 @@ inline constexpr std::string_view sse_done = "data: [DONE]\n\n";
 // A chunk with `finish_reason` set ends the choice; `usage` adds the usage object (and, for
 // the usage-only chunk OpenAI sends with include_usage, `choices` is empty when `no_choices`).
 struct chunk_spec {
+  int32_t index = 0;  // the choice
   std::string_view text;
+  // With completion_result::logprobs: this chunk's tokens (may be empty); `text_offset` is the
+  // completion text's length before them (completions).
+  const std::vector<token_logprob_entry>* logprobs = nullptr;
+  int64_t text_offset = 0;
   bool role_only = false;
   std::string_view finish_reason;
   const actors::usage_info* usage = nullptr;
   bool no_choices = false;
+  // Chat: a piece of tool call number `call_index` — its id, type and name in the call's first
+  // chunk, then pieces of its arguments' JSON text, as OpenAI streams `delta.tool_calls`.
+  int32_t call_index = -1;
+  std::string_view call_id;
+  std::string_view call_name;
+  std::string_view call_arguments;
 };
 std::string chat_chunk_json(const completion_result& head, const chunk_spec& c);
 std::string text_chunk_json(const completion_result& head, const chunk_spec& c);

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "net/auth.hpp"
+#include "net/ws_protocol.hpp"
 
 namespace troupe::net {
 
@@ -50,7 +51,7 @@ void stream_record::cancel() {
   if (c) c();
 }
 
-void stream_record::add_token(int32_t index, std::string frame) {
+void stream_record::add_token(int32_t index, std::string text) {
   bool now = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -58,13 +59,13 @@ void stream_record::add_token(int32_t index, std::string frame) {
       ++handed_;
       std::weak_ptr<stream_record> w = weak_from_this();
       const uint64_t gen = attach_gen_;
-      sink_(frame, [w, gen] {
+      sink_(token_frame(id_, index, text), [w, gen] {
         if (auto r = w.lock()) r->written(gen);
       });
     } else {
       now = true;
     }
-    tokens_.emplace_back(index, std::move(frame));
+    tokens_.emplace_back(index, std::move(text));
     while (tokens_.size() > keep_) tokens_.pop_front();
   }
   if (now) ack(1);
@@ -98,8 +99,8 @@ bool stream_record::attach(frame_sink sink, int64_t from_index, const void* tag,
     // server noticed the old one drop) hears that the stream went elsewhere.
     if (sink_ && tag_ != tag && !final_ && !displaced.empty()) sink_(std::move(displaced), {});
     // Replayed frames were acknowledged already (written, or recorded while away).
-    for (const auto& [index, frame] : tokens_)
-      if (index > from_index) sink(frame, {});
+    for (const auto& [index, text] : tokens_)
+      if (index > from_index) sink(token_frame(id_, index, text), {});
     if (final_) sink(*final_, {});
     release = handed_;  // another connection's unwritten frames: it lost them
     handed_ = 0;

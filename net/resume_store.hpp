@@ -1,6 +1,7 @@
 #pragma once
 // The WebSocket resumption window. Every `generate` gets a stream record that keeps its last
-// tokens (already encoded as frames, with their index), its final frame once it ends, and the
+// tokens (index and text: frames, which repeat the stream's id, are made as they are sent, so a
+// record holds each token's text once), its final frame once it ends, and the
 // connection it is attached to. A connection that goes away only detaches: the request keeps
 // running and its tokens keep being recorded, so a client that reconnects within the window
 // and sends `resume` with the last index it saw gets everything after it, then the live rest.
@@ -56,10 +57,11 @@ class stream_record : public std::enable_shared_from_this<stream_record> {
   void set_ack(ack_fn a);
   void cancel();
 
-  // Records a token frame / the final frame and forwards it to the attached sink. `hold` (may be
+  // Records a token (forwarded to the attached sink as a token frame, net/ws_protocol.hpp) / the
+  // final frame (forwarded as it is). `hold` (may be
   // empty) lives until the final frame is written or dropped by the attached connection, or
   // goes at once when none is attached (a drain waits on it).
-  void add_token(int32_t index, std::string frame);
+  void add_token(int32_t index, std::string text);
   void finish(std::string frame, clock::time_point now, clock::duration window, std::shared_ptr<void> hold = {});
 
   // Attaches `sink` after replaying every frame with an index above `from_index`, and the final
@@ -82,7 +84,7 @@ class stream_record : public std::enable_shared_from_this<stream_record> {
   std::string id_;
   std::string resume_key_;
   size_t keep_;
-  std::deque<std::pair<int32_t, std::string>> tokens_;
+  std::deque<std::pair<int32_t, std::string>> tokens_;  // index, text
   std::optional<std::string> final_;
   frame_sink sink_;
   const void* tag_ = nullptr;

@@ -8,8 +8,13 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/error.hpp>
 
+#include <sys/resource.h>
+
+#include <cerrno>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <optional>
 #include <thread>
 
@@ -38,6 +43,7 @@ class listener : public std::enable_shared_from_this<listener> {
         // an immediate retry fails the same way, spinning a core. Wait, 10 ms doubling to 1 s,
         // while connections close and free descriptors.
         self->backoff_ = std::min(std::max(self->backoff_ * 2, std::chrono::milliseconds(10)), std::chrono::milliseconds(1000));
+        self->log_accept_failure(ec);
         self->backoff_timer_.expires_after(self->backoff_);
         self->backoff_timer_.async_wait([self](beast::error_code) {
           if (self->acceptor_.is_open()) self->accept();
@@ -47,7 +53,14 @@ class listener : public std::enable_shared_from_this<listener> {
       self->backoff_ = std::chrono::milliseconds(0);
       beast::error_code ignored;
       s.set_option(tcp::no_delay(true), ignored);  // see CAF-0.17-NOTES: Nagle + delayed ACK cost ~40 ms
-      detail::start_http_session(self->ctx_, std::move(s));
+      const auto peer = s.remote_endpoint(ignored);
+      std::string why;
+      auto slot = self->ctx_.open_connection(ignored ? std::string("?") : peer.address().to_string(), why);
+      if (!slot && self->ctx_.refusing.load() >= max_refusing) {
+        s.close(ignored);  // refusals flood in: no answer, the descriptor back at once
+      } else {
+        detail::start_http_session(self->ctx_, std::move(s), std::move(slot), std::move(why));
+      }
       self->accept();
     });
   }
@@ -58,17 +71,39 @@ class listener : public std::enable_shared_from_this<listener> {
     backoff_timer_.cancel();
   }
   asio::any_io_executor executor() { return acceptor_.get_executor(); }
+  static constexpr int max_refusing = 64;
   uint16_t port() const {
     beast::error_code ec;
     return acceptor_.local_endpoint(ec).port();
   }
 
  private:
+  // One line per 10 s at most: a flood of failures would otherwise flood the log.
+  void log_accept_failure(const beast::error_code& ec) {
+    const auto now = std::chrono::steady_clock::now();
+    ++failures_;
+    if (last_log_ && now - *last_log_ < std::chrono::seconds(10)) return;
+    last_log_ = now;
+    const bool fds = ec == asio::error::no_descriptors || ec.value() == ENFILE;
+    std::fprintf(stderr, "troupe serve: accepting a connection failed %llu time(s): %s%s (%zu connections open); "
+                 "retrying in %lld ms\n",
+                 static_cast<unsigned long long>(failures_), ec.message().c_str(),
+                 fds ? " -- out of file descriptors: raise `ulimit -n` or lower server.max_connections" : "",
+                 ctx_.open_connections(), static_cast<long long>(backoff_.count()));
+    failures_ = 0;
+  }
+
   server_context& ctx_;
   tcp::acceptor acceptor_;
   asio::steady_timer backoff_timer_;
   std::chrono::milliseconds backoff_{0};
+  std::optional<std::chrono::steady_clock::time_point> last_log_;
+  uint64_t failures_ = 0;
 };
+
+// Descriptors kept for what is not a connection (model and cache files, RocksDB, the cluster
+// port, logs): max_connections is lowered so that the limit is reached before EMFILE.
+constexpr rlim_t reserved_descriptors = 128;
 
 }  // namespace
 
@@ -109,6 +144,19 @@ status server::start() {
   if (!ec) acc.bind(ep, ec);
   if (!ec) acc.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return make_error("cannot listen on " + where + ": " + ec.message());
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
+    const rlim_t room = nofile.rlim_cur > 2 * reserved_descriptors ? nofile.rlim_cur - reserved_descriptors
+                                                                   : nofile.rlim_cur / 2;
+    if (room < c.max_connections) {
+      std::fprintf(stderr,
+                   "troupe serve: server.max_connections is %zu but the descriptor limit (ulimit -n) is %llu: "
+                   "taking at most %llu connections\n",
+                   c.max_connections, static_cast<unsigned long long>(nofile.rlim_cur),
+                   static_cast<unsigned long long>(room));
+      c.max_connections = static_cast<size_t>(std::max<rlim_t>(1, room));
+    }
+  }
   impl_->lis = std::make_shared<listener>(c, std::move(acc));
   impl_->port = impl_->lis->port();
   impl_->lis->accept();

@@ -17,6 +17,7 @@ parsed_tokenize parse_tokenize_request(std::string_view body) {
   reader r{obj, std::nullopt, {}};
   tokenize_query q;
   if (!r.get("content") && !r.err) r.err = bad_request("'content' is required", "content");
+  detail::known_fields(r, {"content", "add_special", "parse_special", "with_pieces"});
   r.str("content", q.content);
   r.boolean("add_special", q.add_special);
   r.boolean("parse_special", q.parse_special);
@@ -34,6 +35,11 @@ parsed_detokenize parse_detokenize_request(std::string_view body) {
   dom::object obj;
   if (!detail::parse_object(body, obj, out.error)) return out;
   reader r{obj, std::nullopt, {}};
+  detail::known_fields(r, {"tokens"});
+  if (r.err) {
+    out.error = *r.err;
+    return out;
+  }
   auto e = r.get("tokens");
   if (!e) {
     out.error = bad_request("'tokens' is required", "tokens");

@@ -32,13 +32,18 @@ parsed_frame parse_client_frame(std::string_view text) {
   };
   if (type == "generate") {
     f.type = frame_type::generate;
+    detail::known_fields(r, {TROUPE_COMMON_FIELDS, "type", "id", "messages", "prompt", "resume_key", "tools",
+                             "tool_choice"});
     need_id();
     detail::read_common(r, f.spec);
+    detail::read_tools(r, f.spec);
     detail::read_messages(r, f.spec);
     bool seen = false;
     detail::read_prompt(r, f.spec, seen);
     if (!r.err && f.spec.messages.empty() && !seen)
       r.err = bad_request("'generate' needs 'messages' or 'prompt'", "messages");
+    if (!r.err && !f.spec.tools.empty() && seen)
+      r.err = bad_request("'tools' go with 'messages' (a chat), not 'prompt'", "tools");
     if (!r.err && !f.spec.messages.empty() && seen)
       r.err = bad_request("'generate' takes 'messages' or 'prompt', not both", "prompt");
     r.str("resume_key", f.resume_key);
@@ -46,9 +51,11 @@ parsed_frame parse_client_frame(std::string_view text) {
       r.err = bad_request("'resume_key' must be 16 to 256 bytes (a secret only this client knows)", "resume_key");
   } else if (type == "cancel") {
     f.type = frame_type::cancel;
+    detail::known_fields(r, {"type", "id"});
     need_id();
   } else if (type == "resume") {
     f.type = frame_type::resume;
+    detail::known_fields(r, {"type", "id", "from_index", "resume_key"});
     need_id();
     r.integer("from_index", f.from_index);
     if (!r.err && f.from_index < -1) r.err = bad_request("'from_index' must be -1 or more", "from_index");
@@ -57,9 +64,11 @@ parsed_frame parse_client_frame(std::string_view text) {
       r.err = bad_request("'resume' needs the 'resume_key' its 'generate' gave", "resume_key");
   } else if (type == "auth") {
     f.type = frame_type::auth;
+    detail::known_fields(r, {"type", "key"});
     r.str("key", f.key);
   } else if (type == "ping") {
     f.type = frame_type::ping;
+    detail::known_fields(r, {"type", "id"});
   } else if (type.empty()) {
     if (!r.err) r.err = bad_request("the frame needs a 'type'", "type", "unknown_type");
   } else {

@@ -4,9 +4,12 @@
 // and `resume` without losing or duplicating tokens.
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
@@ -24,25 +27,54 @@ namespace websocket = beast::websocket;
 
 namespace {
 
+// A client's request id is echoed in every frame of its stream: a long one would multiply the
+// bytes sent (a 1 MB id on 256 tokens was 257 MB). Longer ids are refused.
+constexpr size_t max_id_bytes = 256;
+// Wrong keys in `auth` frames before the socket is closed (1008): guessing keys costs a connection
+// per few tries.
+constexpr int max_auth_failures = 3;
+// Keep-alive pings go out at least every 30 s (half of this), so that proxies and NATs do not drop
+// a quiet socket, and a peer that answers none within it is gone.
+constexpr std::chrono::seconds max_ping_timeout{60};
+
 class ws_session : public std::enable_shared_from_this<ws_session> {
  public:
-  ws_session(server_context& ctx, beast::tcp_stream&& s, std::string owner, std::string tenant, bool authed) :
-      ctx_(ctx), ws_(std::move(s)), owner_(std::move(owner)), tenant_(std::move(tenant)), authed_(authed) {
+  ws_session(server_context& ctx, beast::tcp_stream&& s, std::string owner, std::string tenant, bool authed,
+             std::shared_ptr<void> slot, std::string refusal) :
+      ctx_(ctx), ws_(std::move(s)), owner_(std::move(owner)), tenant_(std::move(tenant)), authed_(authed),
+      slot_(std::move(slot)), refusal_(std::move(refusal)), idle_timer_(ws_.get_executor()) {
     ctx_.met.connection_opened(true);
+    if (!refusal_.empty()) ctx_.refusing.fetch_add(1);
   }
-  ~ws_session() { ctx_.met.connection_closed(true); }
+  ~ws_session() {
+    ctx_.met.connection_closed(true);
+    if (!refusal_.empty()) ctx_.refusing.fetch_sub(1);
+  }
 
   void run(http::request<http::string_body> req) {
     beast::get_lowest_layer(ws_).expires_never();
     websocket::stream_base::timeout t = websocket::stream_base::timeout::suggested(beast::role_type::server);
-    t.idle_timeout = ctx_.opts.ws_idle_timeout;
+    t.idle_timeout = std::min<std::chrono::seconds>(ctx_.opts.ws_idle_timeout, max_ping_timeout);
     t.keep_alive_pings = true;
     ws_.set_option(t);
     ws_.read_message_max(ctx_.opts.max_ws_message_bytes);
     ws_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(http::field::server, "troupe"); }));
+    // A client's own pings count as activity (its pongs to ours do not: they only say it is alive).
+    ws_.control_callback([this](websocket::frame_type kind, beast::string_view) {
+      if (kind == websocket::frame_type::ping) last_activity_ = std::chrono::steady_clock::now();
+    });
     ws_.async_accept(req, [self = shared_from_this()](beast::error_code ec) {
       if (ec) return;
+      if (!self->refusal_.empty()) {
+        // Over the connection limits: the client hears why in a close frame (1013: try again later).
+        const bool per_client = self->refusal_.find("per_client") != std::string::npos;
+        return self->close_with(websocket::close_code::try_again_later,
+                                per_client ? "too many connections from this address (server.max_connections_per_client)"
+                                           : "the server is at server.max_connections; retry shortly");
+      }
+      self->last_activity_ = std::chrono::steady_clock::now();
+      self->watch_idle();
       self->do_read();
     });
   }
@@ -52,9 +84,46 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
+  // Streams of this socket still running.
+  size_t running_streams() const {
+    size_t n = 0;
+    for (const auto& [id, rec] : streams_) n += !rec->ended() && rec->attached_to(this);
+    return n;
+  }
+
+  // Closes a socket whose client sent nothing for server.ws_idle_timeout_s while none of its
+  // streams ran (a socket that only answers pings would otherwise stay forever).
+  void watch_idle() {
+    const auto idle = ctx_.opts.ws_idle_timeout;
+    const auto now = std::chrono::steady_clock::now();
+    // A running stream is activity: the client is waiting for it. Checked again within a second.
+    if (running_streams() > 0) last_activity_ = now;
+    const auto due = last_activity_ + idle;
+    if (now >= due)
+      return close_with(websocket::close_code::going_away,
+                        "idle for " + std::to_string(idle.count()) + " s (server.ws_idle_timeout_s)");
+    idle_timer_.expires_after(std::min<std::chrono::steady_clock::duration>(due - now, std::chrono::seconds(1)));
+    idle_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || self->closed_ || self->closing_) return;
+      self->watch_idle();
+    });
+  }
+
+  // Sends what is queued, then a close frame with `reason` (at most 123 bytes, RFC 6455 5.5).
+  void close_with(websocket::close_code code, std::string reason) {
+    if (closed_ || closing_) return;
+    closing_ = true;
+    if (reason.size() > 123) reason.resize(123);
+    close_reason_ = websocket::close_reason(code, reason);
+    if (!writing_) write_next();
+  }
+
   void on_read(beast::error_code ec) {
     if (ec) return on_closed();  // closed, timed out, or a message over the limit (close 1009)
-    if (!ws_.got_text()) {
+    last_activity_ = std::chrono::steady_clock::now();
+    if (closing_) {
+      // Closing: what the client still sends is not acted on (the read goes on for its close frame).
+    } else if (!ws_.got_text()) {
       send(error_frame({}, "invalid_request", "frames must be text (JSON)"));
     } else {
       const auto data = buffer_.data();
@@ -67,19 +136,14 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
 
   void handle(const std::string& text) {
     auto p = parse_client_frame(text);
+    if (p.id.size() > max_id_bytes)  // not echoed: that is what the bound is for
+      return send(error_frame({}, "invalid_request",
+                              "'id' is " + std::to_string(p.id.size()) + " bytes; at most " +
+                                  std::to_string(max_id_bytes) + " are allowed"));
     if (!p.frame) return send(error_frame(p.id, p.error.code, p.error.message));
     auto& f = *p.frame;
     if (f.type == frame_type::ping) return send(pong_frame());
-    if (f.type == frame_type::auth) {
-      const int idx = find_key(ctx_.opts.api_keys, f.key);
-      if (idx < 0) return send(error_frame(f.id, "unauthorized", "the API key is not valid"));
-      authed_ = true;
-      if (!ctx_.opts.api_keys.empty()) {
-        owner_ = f.key;
-        tenant_ = ctx_.opts.tenant_of(idx);
-      }
-      return send(R"({"type":"authed"})");  // so that the client knows it may go on
-    }
+    if (f.type == frame_type::auth) return auth(f);
     if (!authed_)
       return send(error_frame(f.id, "unauthorized",
                               "send {\"type\":\"auth\",\"key\":...} or an Authorization header first"));
@@ -89,6 +153,34 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
       case frame_type::resume: return resume(f);
       default: return;
     }
+  }
+
+  // One identity per socket: once a key is accepted (here or in the upgrade's header) another key
+  // closes the socket (1008), so a client that switches keys reconnects with the new one. Wrong
+  // keys close it after max_auth_failures.
+  void auth(const client_frame& f) {
+    if (ctx_.opts.api_keys.empty()) return send(R"({"type":"authed"})");  // no keys: nothing to check
+    const int idx = find_key(ctx_.opts.api_keys, f.key);
+    if (idx < 0) {
+      if (++auth_failures_ >= max_auth_failures) {
+        send(error_frame(f.id, "unauthorized", "the API key is not valid; closing after " +
+                                                   std::to_string(max_auth_failures) + " failed attempts"));
+        return close_with(websocket::close_code::policy_error,
+                          "too many failed auth attempts (" + std::to_string(max_auth_failures) + ")");
+      }
+      return send(error_frame(f.id, "unauthorized",
+                              "the API key is not valid (attempt " + std::to_string(auth_failures_) + " of " +
+                                  std::to_string(max_auth_failures) + ")"));
+    }
+    if (authed_ && !owner_.empty() && !constant_time_equal(owner_, f.key)) {
+      send(error_frame(f.id, "identity_fixed",
+                       "this socket is authenticated with another 'key'; open a new connection to use this one"));
+      return close_with(websocket::close_code::policy_error, "one identity per socket: reconnect to use another key");
+    }
+    authed_ = true;
+    owner_ = f.key;
+    tenant_ = ctx_.opts.tenant_of(idx);
+    send(R"({"type":"authed"})");  // so that the client knows it may go on
   }
 
   frame_sink make_sink() {
@@ -110,13 +202,25 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     if (!ctx_.inf.ready()) return send(error_frame(f.id, "loading", "the model is still loading; retry shortly"));
     if (ctx_.draining)
       return send(error_frame(f.id, "shutting_down", "the server is shutting down; retry on another instance"));
+    // logit_bias ids are checked against the vocabulary, which only the pipeline knows.
+    if (const int32_t nv = ctx_.inf.vocab_size(); nv > 0) {
+      for (const auto& b : f.spec.sampling.logit_bias)
+        if (b.token >= nv)
+          return send(error_frame(f.id, "invalid_request",
+                                  "'logit_bias." + std::to_string(b.token) + "': token " + std::to_string(b.token) +
+                                      " is outside the vocabulary (0.." + std::to_string(nv - 1) + ")"));
+    }
+    // Ended streams leave the socket's list (their records stay in the store for the window).
+    for (auto it = streams_.begin(); it != streams_.end();) it = it->second->ended() ? streams_.erase(it) : std::next(it);
+    if (running_streams() >= ctx_.opts.max_streams_per_connection)
+      return send(error_frame(f.id, "too_many_streams",
+                              "this connection runs " + std::to_string(ctx_.opts.max_streams_per_connection) +
+                                  " streams already (server.max_streams_per_connection); wait for one to end"));
     auto rec = ctx_.resumes.create(owner_, f.id, f.resume_key);
     if (!rec)
       return send(error_frame(f.id, "duplicate_id",
                               "the id '" + f.id + "' is in use (a running stream, or one still resumable)"));
     rec->attach(make_sink(), -1, this);
-    // Ended streams leave the socket's list (their records stay in the store for the window).
-    for (auto it = streams_.begin(); it != streams_.end();) it = it->second->ended() ? streams_.erase(it) : std::next(it);
     streams_[f.id] = rec;
     f.spec.tenant = tenant_;
     auto& met = ctx_.met;
@@ -129,7 +233,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
       const auto now = std::chrono::steady_clock::now();
       recorder.record(e, now);
       if (auto* t = std::get_if<actors::token_event>(&e)) {
-        rec->add_token(t->index, token_frame(id, t->index, t->text));
+        rec->add_token(t->index, t->text);
       } else if (auto* d = std::get_if<actors::done_event>(&e)) {
         met.count_request("ws", d->finish_reason);
         rec->finish(done_frame(id, *d), now, window, std::move(*hold));
@@ -191,6 +295,12 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   void write_next() {
     if (queue_.empty() || closed_) {
       writing_ = false;
+      if (closing_ && !closed_ && !close_sent_) {
+        close_sent_ = true;
+        ws_.async_close(close_reason_, [self = shared_from_this()](beast::error_code) {
+          // The pending read ends with the close handshake (or the timeout) and calls on_closed.
+        });
+      }
       return;
     }
     writing_ = true;
@@ -207,6 +317,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   void on_closed() {
     if (closed_) return;
     closed_ = true;
+    idle_timer_.cancel();
     queue_.clear();
     queued_bytes_ = 0;
     // Streams with a resume key keep running: the client may come back and resume them within
@@ -225,6 +336,14 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   std::string owner_;
   std::string tenant_;
   bool authed_ = true;
+  std::shared_ptr<void> slot_;  // this connection's place among the open ones
+  std::string refusal_;         // over the connection limits: closed at once
+  asio::steady_timer idle_timer_;
+  std::chrono::steady_clock::time_point last_activity_ = std::chrono::steady_clock::now();
+  int auth_failures_ = 0;
+  bool closing_ = false;        // a close frame is to follow the queued frames
+  bool close_sent_ = false;
+  websocket::close_reason close_reason_;
   std::map<std::string, std::shared_ptr<stream_record>> streams_;
   struct out_frame {
     std::string data;
@@ -240,8 +359,10 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
 }  // namespace
 
 void start_ws_session(server_context& ctx, beast::tcp_stream stream, http::request<http::string_body> req,
-                      std::string owner, std::string tenant, bool authed) {
-  auto s = std::make_shared<ws_session>(ctx, std::move(stream), std::move(owner), std::move(tenant), authed);
+                      std::string owner, std::string tenant, bool authed, std::shared_ptr<void> slot,
+                      std::string refusal) {
+  auto s = std::make_shared<ws_session>(ctx, std::move(stream), std::move(owner), std::move(tenant), authed,
+                                        std::move(slot), std::move(refusal));
   s->run(std::move(req));
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails when a folder includes a header of a layer above it. The layers point one way
-# (docs/architecture.md): common <- model <- gpu, model <- cache <- actors <- config <- net <- app,
+# (docs/architecture.md): common <- model <- gpu, model <- structured, cache <- actors <- config <- net <- app,
 # with bench/ and examples/ beside app/ at the top and tests/ allowed everything.
 # Run by ctest (layers.check) and usable by hand: bash scripts/check-layers.sh [ROOT]
 set -euo pipefail
@@ -12,13 +12,14 @@ declare -A allowed=(
   [common]="common"
   [model]="common model"
   [gpu]="common model gpu"
+  [structured]="common model structured"
   [cache]="common model cache"
-  [actors]="common model cache actors"
-  [config]="common model cache actors config"
-  [net]="common model cache actors config net"
-  [app]="common model gpu cache actors config net app bench"
-  [bench]="common model gpu cache actors config net app bench"
-  [examples]="common model cache actors config examples"
+  [actors]="common model structured cache actors"
+  [config]="common model structured cache actors config"
+  [net]="common model structured cache actors config net"
+  [app]="common model gpu structured cache actors config net app bench"
+  [bench]="common model gpu structured cache actors config net app bench"
+  [examples]="common model structured cache actors config examples"
 )
 
 bad=0

@@ -20,6 +20,8 @@ packages=(
   iproute2                        # network namespaces for the multi-host cluster tests
   python3 python3-venv python3-pip  # test clients and reference scripts
   chromium chromium-driver        # headless browser test of the chat page (tests/clients)
+  clang libclang-rt-14-dev        # libFuzzer and its sanitizers: the fuzz targets (scripts/fuzz.sh);
+                                  # the runtime is only a Recommends of clang-14, hence named
 )
 
 missing=()

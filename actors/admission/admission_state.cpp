@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "actors/admission/gate.hpp"
+#include "actors/admission/tool_prompt.hpp"
 
 namespace troupe::actors {
 
@@ -76,6 +77,25 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
   for (const auto& s : spec.stop)
     if (s.empty()) return reject(errc::invalid_request, "stop strings must not be empty");
 
+  // Tools and structured outputs: the conversation the template renders, and the constraint the
+  // sampler keeps to (compiled here, so that a bad schema or grammar is refused by name now).
+  std::vector<chat_message> messages = spec.messages;
+  structured::constraint_spec constraint = spec.constraint;
+  if (!spec.tools.empty() || spec.tool_choice != tool_choice::automatic ||
+      std::any_of(spec.messages.begin(), spec.messages.end(),
+                  [](const chat_message& m) { return m.role == "tool" || !m.tool_calls.empty(); })) {
+    auto tp = make_tool_prompt(spec, codec_->tool_format());
+    if (!tp) return reject(errc::invalid_request, tp.error());
+    messages = std::move(tp->messages);
+    if (!tp->constraint.empty()) constraint = std::move(tp->constraint);
+  }
+  if (!constraint.empty()) {
+    if (spec.ignore_eos)
+      return reject(errc::invalid_request, "'ignore_eos' cannot be combined with a structured output: the output ends where the " +
+                                               constraint.kind + " is complete");
+    if (auto c = codec_->compile_constraint(constraint); !c) return reject(errc::invalid_request, c.error());
+  }
+
   // Tokenize.
   std::vector<int32_t> prompt;
   if (!spec.prompt_tokens.empty()) {
@@ -85,7 +105,7 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
                                                   std::to_string(cfg_.n_vocab - 1) + ")");
     prompt = spec.prompt_tokens;
   } else {
-    auto enc = spec.messages.empty() ? codec_->encode_prompt(spec.prompt) : codec_->encode_chat(spec.messages);
+    auto enc = messages.empty() ? codec_->encode_prompt(spec.prompt) : codec_->encode_chat(messages);
     if (!enc) return reject(errc::invalid_request, enc.error());
     prompt = std::move(*enc);
   }
@@ -141,11 +161,13 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
   const int64_t deadline_ms = spec.deadline_ms > 0 ? spec.deadline_ms : cfg_.default_deadline_ms;
   r.deadline_us = deadline_ms > 0 ? now_us + deadline_ms * 1000 : 0;
   r.cache = spec.cache;
+  r.constraint = std::move(constraint);
+  r.speculative = spec.speculative;
   if (spec.prompt_tokens.empty()) {
-    if (spec.messages.empty()) {
+    if (messages.empty()) {
       r.prompt_text = spec.prompt;
     } else {
-      r.messages = spec.messages;
+      r.messages = std::move(messages);
     }
   }
   d.open.id = r.id;

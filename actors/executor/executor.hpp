@@ -41,7 +41,11 @@ using executor_actor = caf::typed_actor<caf::replies_to<step_atom, step_plan>::w
 // Builds the executor's backend; called on the executor's thread, again after each restart.
 using backend_maker = std::function<result<std::unique_ptr<model::backend>>()>;
 
-// An executor whose backend failed to build answers `info` with that error and exits.
-executor_actor spawn_executor(caf::actor_system& sys, backend_maker make);
+class text_codec;
+
+// An executor whose backend failed to build answers `info` with that error and exits. `codec`
+// compiles structured-output constraints (null: constrained steps fail by name).
+executor_actor spawn_executor(caf::actor_system& sys, backend_maker make,
+                              std::shared_ptr<const text_codec> codec = nullptr);
 
 }  // namespace troupe::actors

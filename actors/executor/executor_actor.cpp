@@ -16,11 +16,11 @@ struct executor_actor_state {
 };
 
 executor_actor::behavior_type executor_fn(executor_actor::stateful_pointer<executor_actor_state> self,
-                                          backend_maker make) {
+                                          backend_maker make, std::shared_ptr<const text_codec> codec) {
   try {
     auto be = make();
     if (be)
-      self->state.exec = std::make_unique<executor_state>(std::move(be.value()));
+      self->state.exec = std::make_unique<executor_state>(std::move(be.value()), std::move(codec));
     else
       self->state.init_error = "the backend could not be built: " + be.error();
   } catch (const std::exception& e) {
@@ -56,8 +56,8 @@ executor_actor::behavior_type executor_fn(executor_actor::stateful_pointer<execu
 
 }  // namespace
 
-executor_actor spawn_executor(caf::actor_system& sys, backend_maker make) {
-  return sys.spawn<caf::detached>(executor_fn, std::move(make));
+executor_actor spawn_executor(caf::actor_system& sys, backend_maker make, std::shared_ptr<const text_codec> codec) {
+  return sys.spawn<caf::detached>(executor_fn, std::move(make), std::move(codec));
 }
 
 }  // namespace troupe::actors

@@ -32,7 +32,7 @@
 // interfaces and structs it includes (scheduling_policy, admission_policy, stream_filter,
 // response_cache, options), the actor protocols (admission_gate, filter_actor), or the
 // registries' factory types. 2: admission actors and filter actors.
-#define TROUPE_PLUGIN_ABI_VERSION 2
+#define TROUPE_PLUGIN_ABI_VERSION 3  // 3: request_spec grew constraint and tools
 
 // What troupe hands the entry point. Every call registers into the process-wide registry of its
 // kind; an empty or taken name is an error naming both registrants (the first error also fails

@@ -4,7 +4,7 @@
 
 namespace troupe::actors {
 
-cache::cache_query query_of(const admitted_request& r) {
+cache::cache_query query_of(const admitted_request& r, bool share_across_tenants) {
   cache::cache_query q;
   if (r.messages.empty()) {
     q = cache::cache_query::from_prompt(r.prompt_text, r.cache);
@@ -22,6 +22,10 @@ cache::cache_query query_of(const admitted_request& r) {
   q.stop = r.stop;
   q.eog = r.eog;
   q.logprobs = r.logprobs;
+  q.tenant = r.tenant;
+  q.share_across_tenants = share_across_tenants;
+  q.constraint_kind = r.constraint.kind;
+  q.constraint_source = r.constraint.source;
   return q;
 }
 
@@ -52,10 +56,10 @@ response_cache_stats counts_of(const Stats& c, std::string policy) {
 
 class exact_response_cache final : public response_cache {
  public:
-  explicit exact_response_cache(const cache::exact_cache_config& cfg) : cache_(cfg) {}
+  exact_response_cache(const cache::exact_cache_config& cfg, bool share) : cache_(cfg), share_(share) {}
   std::string name() const override { return "exact"; }
   std::optional<cache_answer> lookup(const admitted_request& r) override {
-    const cache::cached_answer* e = cache_.lookup(query_of(r));
+    const cache::cached_answer* e = cache_.lookup(query_of(r, share_));
     if (!e) return std::nullopt;
     return cache_answer{e->tokens, e->logprobs, e->finish_reason, 1.0f};
   }
@@ -64,18 +68,19 @@ class exact_response_cache final : public response_cache {
 
  private:
   cache::exact_cache cache_;
+  bool share_;
 };
 
 class semantic_response_cache final : public response_cache {
  public:
-  semantic_response_cache(const cache::semantic_cache_config& cfg,
+  semantic_response_cache(const cache::semantic_cache_config& cfg, bool share,
                           std::function<std::string(const std::vector<int32_t>&)> detokenize)
-      : cache_(cfg) {
+      : cache_(cfg), share_(share) {
     if (detokenize) cache_.set_detokenizer(std::move(detokenize));
   }
   std::string name() const override { return "semantic"; }
   std::optional<cache_answer> lookup(const admitted_request& r) override {
-    auto hit = cache_.lookup(query_of(r));
+    auto hit = cache_.lookup(query_of(r, share_));
     if (!hit) return std::nullopt;
     return cache_answer{std::move(hit->tokens), std::move(hit->logprobs), std::move(hit->finish_reason),
                         hit->similarity};
@@ -92,6 +97,7 @@ class semantic_response_cache final : public response_cache {
 
  private:
   cache::semantic_cache cache_;
+  bool share_;
 };
 
 }  // namespace
@@ -100,10 +106,10 @@ named_registry<response_cache_factory>& response_cache_registry() {
   static auto* r = [] {
     auto* reg = new named_registry<response_cache_factory>("response cache policy");  // never destroyed
     reg->add("exact", [](const response_cache_config& c, std::function<std::string(const std::vector<int32_t>&)>)
-                 -> result<std::unique_ptr<response_cache>> { return std::unique_ptr<response_cache>(new exact_response_cache(c.exact)); });
+                 -> result<std::unique_ptr<response_cache>> { return std::unique_ptr<response_cache>(new exact_response_cache(c.exact, c.share_across_tenants)); });
     reg->add("semantic", [](const response_cache_config& c, std::function<std::string(const std::vector<int32_t>&)> d)
                  -> result<std::unique_ptr<response_cache>> {
-      return std::unique_ptr<response_cache>(new semantic_response_cache(c.semantic, std::move(d)));
+      return std::unique_ptr<response_cache>(new semantic_response_cache(c.semantic, c.share_across_tenants, std::move(d)));
     });
     return reg;
   }();

@@ -45,8 +45,9 @@ using response_cache_factory = std::function<result<std::unique_ptr<response_cac
 named_registry<response_cache_factory>& response_cache_registry();
 
 // What cache/ looks up for an admitted request: its parameters, and the texts its prompt was
-// rendered from split into context and question (none for a prompt_tokens request).
-cache::cache_query query_of(const admitted_request& r);
+// rendered from split into context and question (none for a prompt_tokens request), its tenant
+// (part of the key unless `share_across_tenants`) and its output constraint.
+cache::cache_query query_of(const admitted_request& r, bool share_across_tenants = false);
 // What cache/ is offered of a closed stream.
 cache::finished_answer answer_of(const closed_stream& c);
 

@@ -26,6 +26,9 @@ namespace troupe::actors {
 struct response_cache_config {
   bool enabled = true;
   std::string policy = "semantic";        // a name in response_cache_registry()
+  // Entries are scoped to the tenant (admitted_request::tenant) unless this is set: then one
+  // tenant's answers serve every tenant (the exact and semantic paths alike).
+  bool share_across_tenants = false;
   cache::exact_cache_config exact;        // policy "exact"
   cache::semantic_cache_config semantic;  // policy "semantic" (its keys are documented there)
 };

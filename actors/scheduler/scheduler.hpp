@@ -26,6 +26,7 @@
 #include "actors/links.hpp"
 #include "actors/request.hpp"
 #include "actors/scheduler/policy.hpp"
+#include "actors/scheduler/speculative/proposer.hpp"
 #include "actors/scheduler/step.hpp"
 
 namespace troupe::actors {
@@ -46,6 +47,7 @@ struct scheduler_config {
   int32_t max_steps_in_flight = 2;   // 2: plan step N+1 while step N runs; 1: strictly alternate
   std::string policy = "fcfs";       // a name in scheduling_policy_registry()
   policy_options policy_opts;        // that policy's knobs
+  speculative_config speculative;    // [speculative]: proposers and when they give up
 };
 
 // The shape of the executor's KV memory.
@@ -81,6 +83,8 @@ struct scheduler_stats {
   int64_t forward_us = 0;            // sum of the executor's backend time
   int64_t sample_us = 0;
   std::vector<int64_t> batch_hist;   // steps by number of sequences in the step
+  int64_t spec_proposed = 0;         // speculative tokens proposed for verification
+  int64_t spec_accepted = 0;         // of those, accepted
 };
 
 template <class Inspector>
@@ -89,7 +93,7 @@ typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
            x.kv_blocks_total, x.kv_blocks_used, x.kv_blocks_cached, x.kv_blocks_available, x.kv_blocks_peak,
            x.max_num_seqs, x.kv_util_sum, x.steps, x.tokens_fed, x.tokens_sampled, x.prompt_tokens,
            x.prefix_hit_tokens, x.preemptions, x.pad_tokens, x.finished, x.failed, x.dropped, x.forward_us,
-           x.sample_us, x.batch_hist);
+           x.sample_us, x.batch_hist, x.spec_proposed, x.spec_accepted);
 }
 
 class scheduler_state;

@@ -51,6 +51,14 @@ void scheduler_state::enqueue(admitted_request r, int64_t now_us) {
   }
   (void)now_us;
   seq s;
+  s.spec_method = r.speculative.empty() ? cfg_.speculative.method : r.speculative;
+  if (s.spec_method == "off") s.spec_method.clear();
+  if (!s.spec_method.empty())
+    if (auto p = proposer_of(s.spec_method); !p) {
+      out_.failed.push_back({id, errc::invalid_request, "speculative: " + p.error() + "; or \"off\""});
+      ++st_.failed;
+      return;
+    }
   s.tokens = r.prompt;
   s.n_prompt = static_cast<int32_t>(r.prompt.size());
   s.req = std::move(r);
@@ -121,6 +129,11 @@ step_entry scheduler_state::make_entry(seq& s, int32_t n, int64_t now_us) const 
     if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
       const auto keep = std::min<size_t>(s.tokens.size(), static_cast<size_t>(std::max(0, p.penalty_last_n)));
       e.recent.assign(s.tokens.end() - static_cast<long>(keep), s.tokens.end());
+    }
+    if (!s.req.constraint.empty()) {
+      e.constraint = s.req.constraint;
+      const auto known_generated = std::min<size_t>(s.tokens.size(), static_cast<size_t>(s.req.generated_before + s.generated));
+      e.generated.assign(s.tokens.end() - static_cast<long>(known_generated), s.tokens.end());
     }
   }
   return e;
@@ -219,16 +232,23 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
       ++st_.pad_tokens;
       continue;
     }
+    if (s.spec_inflight) continue;  // not pipelined: its length is known when the answer is in
+    // A sequence that may speculate waits for its sample in flight (a guess needs the last token),
+    // except for one step after a try found nothing to guess, and while it backs off.
+    if (s.pending_samples > 0 && s.spec_skip == 0 && !s.spec_let_pipeline && spec_wanted(s, bv.n_running)) continue;
     const int32_t avail = virtual_len(s) - s.n_scheduled;
     if (s.paused || done_sampling(s) || avail <= 0) continue;
     const int32_t n = std::min(avail, d.budget);
-    bool ok = kv_.reserve(id, s.n_scheduled + n);
+    std::vector<int32_t> guess;
+    if (avail == 1) guess = proposal_for(s, d.budget - 1, bv.n_running);
+    const auto g = static_cast<int32_t>(guess.size());
+    bool ok = kv_.reserve(id, s.n_scheduled + n + g);
     while (!ok) {
       auto victim = kv_victim(d, id);
       if (!victim) break;
       preempt(*victim);
       preempted = true;
-      ok = kv_.reserve(id, s.n_scheduled + n);
+      ok = kv_.reserve(id, s.n_scheduled + n + g);
     }
     if (!ok) {
       // Nobody left to take blocks from: this one waits (enqueue checked it fits alone).
@@ -237,8 +257,10 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
       continue;
     }
     d.entries.push_back(make_entry(s, n, now_us));
+    d.entries.back().proposal = std::move(guess);
+    if (d.entries.back().feed_last_sample) s.spec_let_pipeline = false;
     d.ids.insert(id);
-    d.budget -= n;
+    d.budget -= n + g;
   }
 
   // 2. Waiting sequences join while the budget, the batch size and KV memory allow.
@@ -310,7 +332,8 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
     const bool pad = d.pads.count(e.seq_id) != 0;
     s.n_scheduled += n;
     if (e.sample && !pad) ++s.pending_samples;
-    rec.entries.push_back({e.seq_id, s.kv_epoch, n, e.sample, pad});
+    if (!e.proposal.empty()) s.spec_inflight = true;
+    rec.entries.push_back({e.seq_id, s.kv_epoch, n, e.sample, pad, static_cast<int32_t>(e.proposal.size())});
   }
   p.entries = std::move(d.entries);
   inflight_.push_back(std::move(rec));
@@ -328,16 +351,98 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
 
 void scheduler_state::take_sample(seq& s, const sampled_token& t) {
   --s.pending_samples;
+  take_token(s, t.token, t.logprob, t.top);
+}
+
+bool scheduler_state::take_token(seq& s, int32_t token, float logprob, std::vector<model::token_logprob> top) {
   ++st_.tokens_sampled;
   const auto& eog = s.req.eog;
-  if (std::find(eog.begin(), eog.end(), t.token) != eog.end()) {
+  if (std::find(eog.begin(), eog.end(), token) != eog.end()) {
     finish(s.req.id, finish::stop);
-    return;
+    return false;
   }
-  s.tokens.push_back(t.token);
+  s.tokens.push_back(token);
   ++s.generated;
-  out_.tokens.push_back({s.req.id, t.token, t.logprob, t.top});
-  if (s.generated >= s.req.max_tokens) finish(s.req.id, finish::length);
+  out_.tokens.push_back({s.req.id, token, logprob, std::move(top)});
+  if (s.generated >= s.req.max_tokens) {
+    finish(s.req.id, finish::length);
+    return false;
+  }
+  return true;
+}
+
+result<proposer*> scheduler_state::proposer_of(const std::string& method) {
+  auto it = proposers_.find(method);
+  if (it == proposers_.end()) {
+    auto made = proposer_registry().make(method, cfg_.speculative);
+    if (!made) return make_error(made.error());
+    it = proposers_.emplace(method, std::move(made.value())).first;
+  }
+  return it->second.get();
+}
+
+bool scheduler_state::spec_wanted(const seq& s, int32_t n_running) const {
+  const auto& c = cfg_.speculative;
+  if (s.spec_method.empty() || policy_->pads_finished()) return false;  // a dense batch steps in lockstep
+  if (c.max_batch > 0 && n_running > c.max_batch) return false;
+  // Each verified row is sampled on its own: penalties (whose window moves with every accepted
+  // token), a constraint (whose matcher does) and logprobs (reported per token) are left out.
+  const auto& p = s.req.sampling;
+  return s.req.constraint.empty() && !s.req.logprobs && p.n_logprobs == 0 && p.repetition_penalty == 1.0f &&
+         p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f;
+}
+
+std::vector<int32_t> scheduler_state::proposal_for(seq& s, int32_t room, int32_t n_running) {
+  const auto& c = cfg_.speculative;
+  if (!spec_wanted(s, n_running)) return {};
+  if (s.spec_skip > 0) {
+    --s.spec_skip;
+    return {};
+  }
+  // A plain decode: the last token is known and everything before it is in KV memory.
+  if (s.pending_samples > 0 || s.n_computed != s.n_scheduled ||
+      s.n_scheduled + 1 != static_cast<int32_t>(s.tokens.size()))
+    return {};
+  int32_t k = std::min(c.k, room);
+  k = std::min(k, s.req.max_tokens - s.generated - 1);  // the step yields at most k + 1 tokens
+  if (geo_.max_positions > 0) k = std::min(k, geo_.max_positions - s.n_scheduled - 1);
+  if (k <= 0) return {};
+  auto pr = proposer_of(s.spec_method);
+  if (!pr) return {};  // unregistered since (a reload): decode plainly
+  auto guess = (*pr)->propose(s.req.id, s.tokens, k);
+  if (static_cast<int32_t>(guess.size()) > k) guess.resize(static_cast<size_t>(k));
+  if (guess.empty()) s.spec_let_pipeline = true;
+  return guess;
+}
+
+void scheduler_state::apply_speculation(seq& s, const inflight_entry& e, const sampled_token& t) {
+  const uint64_t id = s.req.id;
+  const bool kv_current = s.has_kv && e.kv_epoch == s.kv_epoch;
+  s.spec_inflight = false;
+  const auto accepted = static_cast<int32_t>(std::min<size_t>(t.more.size(), static_cast<size_t>(e.proposed)));
+  s.spec_proposed += e.proposed;
+  s.spec_accepted += accepted;
+  st_.spec_proposed += e.proposed;
+  st_.spec_accepted += accepted;
+  const auto& c = cfg_.speculative;
+  s.spec_rate = 0.7 * s.spec_rate + 0.3 * static_cast<double>(accepted) / e.proposed;
+  if (s.spec_rate < c.min_acceptance) {
+    // Back off, then probe: starting from the threshold, one good step turns it on again.
+    s.spec_skip = c.probe_steps;
+    s.spec_rate = c.min_acceptance;
+  }
+  --s.pending_samples;
+  bool alive = take_token(s, t.token, t.logprob, t.top);
+  for (int32_t j = 0; alive && j < accepted; ++j)
+    alive = take_token(s, t.more[static_cast<size_t>(j)],
+                       static_cast<size_t>(j) < t.more_logprob.size() ? t.more_logprob[static_cast<size_t>(j)] : 0.0f, {});
+  if (!alive || !seqs_.count(id)) return;
+  if (kv_current) {
+    // Positions past the accepted tokens hold rejected guesses: they are cut off before
+    // anything (the prefix cache's commit below) can hash them, and their blocks freed.
+    s.n_computed = s.n_scheduled = static_cast<int32_t>(s.tokens.size()) - 1;
+    kv_.truncate(id, s.n_computed);
+  }
 }
 
 void scheduler_state::apply(const step_result& r, int64_t now_us) {
@@ -374,10 +479,12 @@ void scheduler_state::apply(const step_result& r, int64_t now_us) {
       --s.pending_samples;  // its stream has ended meanwhile
     } else if (e.sample) {
       if (!t || t->token < 0) {
-        fail(e.id, errc::executor_fault, "the executor's answer lacks a sample for this request");
+        fail(e.id, errc::executor_fault,
+             t && !t->error.empty() ? t->error : "the executor's answer lacks a sample for this request");
         continue;
       }
-      take_sample(s, *t);
+      if (e.proposed > 0) apply_speculation(s, e, *t);
+      else take_sample(s, *t);
       if (!seqs_.count(e.id)) continue;
     }
     // Padding wrote made-up tokens: such KV is never offered to the prefix cache.
@@ -424,6 +531,7 @@ void scheduler_state::reset_executor(const std::string& reason) {
     s.has_kv = false;
     s.n_computed = s.n_scheduled = 0;
     s.pending_samples = 0;
+    s.spec_inflight = false;
     ++s.kv_epoch;
   }
 }
@@ -457,6 +565,8 @@ void scheduler_state::finish(uint64_t id, const std::string& reason) {
   f.usage.prompt_tokens = s.n_prompt - s.req.generated_before;
   f.usage.completion_tokens = s.req.generated_before + s.generated;
   f.usage.cached_prompt_tokens = s.cached_prompt;
+  f.usage.speculative_proposed = s.spec_proposed;
+  f.usage.speculative_accepted = s.spec_accepted;
   f.queue_ms = s.started ? static_cast<double>(s.first_scheduled_us - s.req.arrival_us) / 1000.0 : 0.0;
   f.preemptions = s.preemptions;
   out_.finished.push_back(std::move(f));
@@ -499,6 +609,7 @@ void scheduler_state::fail(uint64_t id, const std::string& code, const std::stri
 
 void scheduler_state::reconfigure(scheduler_config cfg, std::unique_ptr<scheduling_policy> policy) {
   cfg.prefix_caching = cfg_.prefix_caching;
+  if (!(cfg.speculative == cfg_.speculative)) proposers_.clear();  // made again with the new options
   cfg_ = std::move(cfg);
   policy_ = std::move(policy);
   st_.policy = policy_->name();
@@ -513,6 +624,7 @@ void scheduler_state::reconfigure(scheduler_config cfg, std::unique_ptr<scheduli
 void scheduler_state::remove(uint64_t id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
+  if (auto p = proposers_.find(it->second.spec_method); p != proposers_.end()) p->second->on_end(id, it->second.tokens);
   if (it->second.has_kv) kv_.free_sequence(id);
   erase_value(it->second.ph == phase::running ? running_ : waiting_, id);
   seqs_.erase(it);

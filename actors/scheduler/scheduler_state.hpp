@@ -11,6 +11,12 @@
 // scheduler between steps. A sequence that ends in step N may thus compute one wasted token in
 // step N+1; its blocks are freed at once, which is safe because the executor runs steps in order
 // and nothing reads a position before a later step writes it.
+//
+// Speculative decoding (scheduler_config::speculative): a decoding sequence may feed a proposer's
+// guesses after its last token (step_entry::proposal); the answer carries every token the step
+// produced, and the KV of rejected positions is cut off (kv_manager::truncate) before anything
+// hashes it. How many tokens such a step yields is known only when its answer is in, so a
+// speculating sequence is not pipelined: it is planned again after its answer (the others are).
 #include <algorithm>
 #include <cstdint>
 #include <deque>
@@ -93,6 +99,15 @@ class scheduler_state {
     int32_t cached_prompt = 0;       // prompt tokens served by the prefix cache (first admission)
     int64_t first_scheduled_us = 0;
     int32_t preemptions = 0;
+    // Speculative decoding: the proposer's name ("": none), a step of guesses in flight, the
+    // rolling acceptance rate, and decode steps left before proposing again after it fell low.
+    std::string spec_method;
+    bool spec_inflight = false;
+    bool spec_let_pipeline = false;  // its last try found nothing to propose: pipeline one step
+    double spec_rate = 1.0;
+    int32_t spec_skip = 0;
+    int32_t spec_proposed = 0;
+    int32_t spec_accepted = 0;
   };
   struct inflight_entry {
     uint64_t id;
@@ -100,6 +115,7 @@ class scheduler_state {
     int32_t n_fed;
     bool sample;
     bool pad;                        // padding of a dense batch
+    int32_t proposed = 0;            // speculative tokens fed after the last known one
   };
   struct inflight_step {
     uint64_t step;
@@ -129,6 +145,17 @@ class scheduler_state {
   void release_pads_if_batch_done();
   step_entry make_pad_entry(const seq& s) const;
   void take_sample(seq& s, const sampled_token& t);
+  // Appends a sampled token; false when it ended the sequence (removed, or padding).
+  bool take_token(seq& s, int32_t token, float logprob, std::vector<model::token_logprob> top);
+  // The guesses `s` feeds after its last token this step (none: it decodes one token), at most
+  // `room` of them; n_running is the step's batch so far.
+  std::vector<int32_t> proposal_for(seq& s, int32_t room, int32_t n_running);
+  // Whether `s` may speculate in a step of n_running sequences (its method, its sampling, the
+  // batch bound; not whether it has a guess).
+  bool spec_wanted(const seq& s, int32_t n_running) const;
+  // The proposer named `method`, made on first use.
+  result<proposer*> proposer_of(const std::string& method);
+  void apply_speculation(seq& s, const inflight_entry& e, const sampled_token& t);
   // The policy's batch size limit, within [1, configured].
   int32_t batch_limit() const {
     return std::clamp(policy_->max_num_seqs(cfg_.max_num_seqs), 1, std::max(1, cfg_.max_num_seqs));
@@ -149,6 +176,7 @@ class scheduler_state {
   std::vector<uint64_t> running_;
   std::deque<inflight_step> inflight_;
   std::unordered_map<uint64_t, int64_t> tombstones_;  // dropped before they arrived: id -> when
+  std::map<std::string, std::unique_ptr<proposer>> proposers_;
   uint64_t next_step_ = 1;
   int64_t last_answer_us_ = 0;  // when the executor's last answer came (steps run one after another)
   step_output out_;

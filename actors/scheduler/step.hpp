@@ -29,14 +29,27 @@ struct step_entry {
   std::vector<int32_t> recent;       // penalty window (only sent when a penalty is on)
   int64_t n_generated = 0;           // tokens generated before this sample (selects the draw)
   int32_t n_prompt = 0;              // the sequence's prompt length (model::batch_sequence::n_prompt)
+  // Structured output: the sample must keep the output a valid prefix of the constraint. The
+  // executor keeps each sequence's matcher between steps; `generated` (the tokens generated and
+  // known when planned: all but a sample still in flight) rebuilds it where it has none (after a
+  // restart, on another replica).
+  structured::constraint_spec constraint;
+  std::vector<int32_t> generated;
+  // Speculative decoding: tokens guessed to follow, fed after the others. The executor samples
+  // the last fed token's position and every proposed one (draw n_generated + j for the j-th), and
+  // keeps the proposed tokens up to the first that differs from its sample, plus that sample
+  // (sampled_token::more). Only with `sample`, no penalties, no logprobs and no constraint.
+  std::vector<int32_t> proposal;
 
-  int32_t n_fed() const { return static_cast<int32_t>(tokens.size()) + (feed_last_sample ? 1 : 0); }
+  int32_t n_fed() const {
+    return static_cast<int32_t>(tokens.size() + proposal.size()) + (feed_last_sample ? 1 : 0);
+  }
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_entry& x) {
   return f(caf::meta::type_name("step_entry"), x.seq_id, x.tokens, x.feed_last_sample, x.n_past, x.block_table,
-           x.sample, x.sampling, x.logprob, x.recent, x.n_generated, x.n_prompt);
+           x.sample, x.sampling, x.logprob, x.recent, x.n_generated, x.n_prompt, x.constraint, x.generated, x.proposal);
 }
 
 struct step_plan {
@@ -59,11 +72,17 @@ struct sampled_token {
   int32_t token = -1;
   float logprob = 0;
   std::vector<model::token_logprob> top;
+  std::string error;  // token -1: why (empty: the row was left out of the step)
+  // Speculative decoding: the tokens after `token` that this step also produced (the accepted
+  // proposed tokens, then the sample at the first rejected position or after the last one), and
+  // their logprobs where `logprob` is set.
+  std::vector<int32_t> more;
+  std::vector<float> more_logprob;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
-  return f(caf::meta::type_name("sampled_token"), x.seq_id, x.token, x.logprob, x.top);
+  return f(caf::meta::type_name("sampled_token"), x.seq_id, x.token, x.logprob, x.top, x.error, x.more, x.more_logprob);
 }
 
 struct step_result {

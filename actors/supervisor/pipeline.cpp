@@ -129,7 +129,7 @@ void restart_executor(self_ptr self, const std::string& reason) {
     return;
   }
   spdlog::warn("troupe: restarting the executor: {}", reason);
-  auto exec = spawn_executor(self->system(), st.make);
+  auto exec = spawn_executor(self->system(), st.make, st.codec);
   st.links.executor = adopt(self, exec);
   wire(self);
   self->request(exec, detail::ms(st.cfg.startup_timeout_ms), info_atom::value)
@@ -408,7 +408,7 @@ caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker ma
       [=](start_atom) -> caf::result<executor_info> {
         auto rp = self->make_response_promise<executor_info>();
         auto& s = self->state;
-        auto exec = spawn_executor(self->system(), s.make);
+        auto exec = spawn_executor(self->system(), s.make, s.codec);
         s.links.executor = adopt(self, exec);
         self->request(exec, detail::ms(s.cfg.startup_timeout_ms), info_atom::value)
             .then(
@@ -534,7 +534,7 @@ result<std::unique_ptr<pipeline>> pipeline::start(caf::actor_system& sys, pipeli
                                                   std::shared_ptr<model::llama_model> m, model::backend_options o,
                                                   std::string backend, caf::actor upstream) {
   if (!m) return make_error("no model");
-  auto codec = make_gguf_codec(m->file());
+  auto codec = make_gguf_codec(m->file(), cfg.text);
   if (!codec) return make_error("the model's tokenizer: " + codec.error());
   if (cfg.model_name == "default" && !m->params().name.empty()) cfg.model_name = m->params().name;
   return start(sys, std::move(cfg), make_backend_maker(std::move(m), o, std::move(backend)), std::move(codec.value()),

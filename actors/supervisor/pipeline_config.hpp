@@ -14,6 +14,7 @@
 #include "actors/router/router.hpp"
 #include "actors/scheduler/scheduler.hpp"
 #include "actors/streamer/streamer.hpp"
+#include "actors/text_codec.hpp"
 
 namespace troupe::actors {
 
@@ -24,6 +25,7 @@ struct pipeline_config {
   response_cache_config cache;
   streamer_config streamer;
   router_config router;
+  text_codec_options text;             // how chat prompts are tokenized (pipeline::start's codec)
   int64_t step_timeout_ms = 120000;    // one engine step; longer counts as an executor fault
   int64_t startup_timeout_ms = 120000; // building the backend
   int32_t max_restarts = 5;            // per actor within restart_window_ms; then it stays down

@@ -150,6 +150,19 @@ class pipeline_inference : public net::inference {
     return p->reconfigure(next, stages);
   }
 
+  std::string token_piece(int32_t id) const override {
+    auto codec = codec_now();
+    return codec ? codec->token_piece(id) : std::string();
+  }
+  int32_t vocab_size() const override {
+    auto codec = codec_now();
+    return codec ? codec->n_vocab() : 0;
+  }
+  structured::tool_format tool_format() const override {
+    auto codec = codec_now();
+    return codec ? codec->tool_format() : structured::tool_format::hermes;
+  }
+
   std::string health_details() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return health_;

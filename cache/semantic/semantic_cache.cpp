@@ -230,6 +230,7 @@ std::optional<semantic_hit> semantic_cache::serve(uint64_t id, const fingerprint
       std::lock_guard<std::mutex> lock(mu_);
       ++st_.store_failures;
       st_.status = s.error();
+      disable_locked("a write failed: " + s.error());
     }
   });
   return h;
@@ -261,6 +262,20 @@ void semantic_cache::on_closed(const finished_answer& c) {
   run_async([this, rec = std::move(rec)]() mutable { insert(std::move(rec)); });
 }
 
+void semantic_cache::disable_locked(const std::string& why) {
+  if (!enabled_) return;
+  enabled_ = false;
+  status_ = "disabled: " + why;
+  pending_.clear();
+  pending_order_.clear();
+  spdlog::error("troupe: semantic cache at {} {}; serving goes on without it", cfg_.path, status_);
+}
+
+std::string semantic_cache::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
 void semantic_cache::set_detokenizer(std::function<std::string(const std::vector<int32_t>&)> f) {
   detokenize_ = std::move(f);
 }
@@ -275,6 +290,7 @@ void semantic_cache::insert(cache_record rec) {
     std::lock_guard<std::mutex> lock(mu_);
     ++st_.store_failures;
     st_.status = s.error();
+    disable_locked("a write failed: " + s.error());
     return;
   }
   std::vector<uint64_t> gone;
@@ -361,6 +377,8 @@ void semantic_cache::erase_from_store(const std::vector<uint64_t>& ids) {
       std::lock_guard<std::mutex> lock(mu_);
       ++st_.store_failures;
       st_.status = s.error();
+      disable_locked("a write failed: " + s.error());
+      return;
     }
   }
 }
@@ -416,7 +434,7 @@ semantic_cache_stats semantic_cache::stats() const {
   s.entries = static_cast<int64_t>(entries_.size());
   s.bytes = static_cast<int64_t>(bytes_);
   s.enabled = enabled_;
-  s.semantic = semantic_;
+  s.semantic = semantic_ && enabled_;
   if (!status_.empty()) s.status = status_;  // why disabled or exact-only outranks the last error
   return s;
 }

@@ -9,8 +9,12 @@
 //
 // Faults never fail a request: a store that cannot be opened (unwritable, corrupt, not a cache
 // directory) disables the cache; an embedder that cannot be loaded leaves the exact path only;
-// both say why in status(). A failed read is a miss, a failed write is counted and dropped.
+// both say why in status(). A failed read is a miss. A failed write (RocksDB's write error, a
+// full disk) turns the cache off, with the reason in status(): later writes would fail alike,
+// and a store that stopped taking writes no longer says which answers are current. Serving
+// goes on without it; the cache comes back on the next start (or reload of the cache stage).
 // Empty questions are not cached; long ones are cut before embedding.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -120,7 +124,7 @@ class semantic_cache {
 
   semantic_cache_stats stats() const;
   bool enabled() const { return enabled_; }
-  const std::string& status() const { return status_; }
+  std::string status() const;
 
   // Removes expired entries now (inserts do it too).
   void expire();
@@ -155,10 +159,13 @@ class semantic_cache {
   void run_async(std::function<void()> task);
   void worker_loop();
 
+  // A write failed: off from now on, saying why (mu_ held).
+  void disable_locked(const std::string& why);
+
   semantic_cache_config cfg_;
-  bool enabled_ = false;
+  std::atomic<bool> enabled_{false};  // cleared by the insert worker when a write fails
   bool semantic_ = false;
-  std::string status_;
+  std::string status_;  // set before the worker starts, then only under mu_
   std::unique_ptr<cache_store> store_;
   std::unique_ptr<embedder> embedder_;
   std::function<std::string(const std::vector<int32_t>&)> detokenize_;

@@ -1,6 +1,10 @@
 #include "net/detail/request_reader.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <string>
 #include <cmath>
+#include <vector>
 
 namespace troupe::net::detail {
 
@@ -70,14 +74,46 @@ void reader::integer(std::string_view k, int64_t& out) {
   if (auto e = get(k)) {
     if (e->is_int64()) out = int64_t(*e);
     else if (e->is_uint64()) wrong(k, "an integer within range", *e);
-    else if (e->is_double() && std::fabs(double(*e)) < 9.0e18 &&
-             double(*e) == static_cast<double>(static_cast<int64_t>(double(*e))))
-      out = static_cast<int64_t>(double(*e));
-    else if (e->is_double() && std::nearbyint(double(*e)) == double(*e))
-      wrong(k, "an integer within range", *e);
-    else wrong(k, "an integer", *e);
+    // A decimal number is refused even when it is whole (2.0, or 1e-400 which reads as 0), as
+    // OpenAI does: a client that sends one has a bug worth hearing about.
+    else if (e->is_double()) {
+      if (!err)
+        err = bad_request("'" + prefix + std::string(k) + "' must be an integer, not a decimal number",
+                          prefix + std::string(k));
+    } else wrong(k, "an integer", *e);
   }
 }
+
+namespace {
+
+// The first key that appears twice in an object anywhere under `e`; `path` names where.
+bool find_duplicate(const dom::element& e, const std::string& path, std::string& key, std::string& where) {
+  if (e.is_object()) {
+    std::vector<std::string_view> keys;
+    for (auto kv : dom::object(e)) keys.push_back(kv.key);
+    if (keys.size() > 1) {
+      std::vector<std::string_view> sorted = keys;
+      std::sort(sorted.begin(), sorted.end());
+      for (size_t i = 1; i < sorted.size(); ++i) {
+        if (sorted[i] == sorted[i - 1]) {
+          key = std::string(sorted[i]);
+          where = path;
+          return true;
+        }
+      }
+    }
+    for (auto kv : dom::object(e))
+      if (find_duplicate(kv.value, path.empty() ? std::string(kv.key) : path + "." + std::string(kv.key), key, where))
+        return true;
+  } else if (e.is_array()) {
+    size_t i = 0;
+    for (dom::element x : dom::array(e))
+      if (find_duplicate(x, path + "[" + std::to_string(i++) + "]", key, where)) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 bool parse_object(std::string_view body, dom::object& obj, api_error& err) {
   dom::element root;
@@ -90,17 +126,250 @@ bool parse_object(std::string_view body, dom::object& obj, api_error& err) {
     err = bad_request("the body must be a JSON object", {}, "invalid_json");
     return false;
   }
+  std::string key, where;
+  if (find_duplicate(root, {}, key, where)) {
+    const std::string param = where.empty() ? key : where + "." + key;
+    err = bad_request("duplicate key '" + key + "'" + (where.empty() ? "" : " in '" + where + "'") +
+                          ": each key may appear once",
+                      param, "duplicate_key");
+    return false;
+  }
   obj = dom::object(root);
   return true;
+}
+
+void known_fields(reader& r, std::initializer_list<std::string_view> known) {
+  if (r.err) return;
+  for (auto kv : r.obj) {
+    if (std::find(known.begin(), known.end(), kv.key) == known.end()) {
+      const std::string name = r.prefix + std::string(kv.key);
+      r.err = bad_request("unknown field '" + name + "'", name, "unknown_field");
+      return;
+    }
+  }
+}
+
+void refuse(reader& r, std::string_view k, const std::string& why) {
+  if (r.err || !r.get(k)) return;
+  const std::string name = r.prefix + std::string(k);
+  r.err = bad_request("'" + name + "' is not supported by this server: " + why, name, "unsupported_field");
+}
+
+namespace {
+
+// The JSON text of an element (a schema, a choice list), as the constraint compiler reads it.
+std::string json_text(const dom::element& e) { return simdjson::minify(e); }
+
+// Keeps the one constraint a request may have; a second is named with the first.
+struct constraint_slot {
+  reader& r;
+  actors::request_spec& s;
+  std::string from;  // the field that set it
+  void set(const std::string& field, const char* kind, std::string source) {
+    if (r.err) return;
+    if (!from.empty()) {
+      r.err = bad_request("'" + from + "' and '" + field + "' both constrain the output: send one of them", field);
+      return;
+    }
+    from = field;
+    s.constraint = {kind, std::move(source)};
+  }
+};
+
+// A non-empty string field of a constraint object.
+bool constraint_string(reader& r, const dom::element& e, const std::string& name, std::string& out) {
+  if (!e.is_string()) {
+    r.err = bad_request("'" + name + "' must be a string", name);
+    return false;
+  }
+  out = std::string(std::string_view(e));
+  if (out.empty()) {
+    r.err = bad_request("'" + name + "' must not be empty", name);
+    return false;
+  }
+  return true;
+}
+
+// A choice list: a non-empty array of strings, kept as its JSON text.
+bool constraint_choice(reader& r, const dom::element& e, const std::string& name, std::string& out) {
+  if (!e.is_array() || dom::array(e).size() == 0) {
+    r.err = bad_request("'" + name + "' must be a non-empty array of strings", name);
+    return false;
+  }
+  for (dom::element x : dom::array(e)) {
+    if (!x.is_string()) {
+      r.err = bad_request("'" + name + "' must be a non-empty array of strings", name);
+      return false;
+    }
+  }
+  out = json_text(e);
+  return true;
+}
+
+// A JSON schema given as an object (or, as vLLM allows, its JSON text in a string).
+bool constraint_schema(reader& r, const dom::element& e, const std::string& name, std::string& out) {
+  if (e.is_object()) {
+    out = json_text(e);
+    return true;
+  }
+  if (e.is_string() && !std::string_view(e).empty()) {
+    out = std::string(std::string_view(e));
+    return true;
+  }
+  r.err = bad_request("'" + name + "' must be a JSON Schema object", name);
+  return false;
+}
+
+void read_response_format(reader& r, constraint_slot& slot) {
+  auto e = r.get("response_format");
+  if (!e) return;
+  if (!e->is_object()) return r.wrong("response_format", "an object", *e);
+  reader f{dom::object(*e), std::nullopt, "response_format."};
+  known_fields(f, {"type", "json_schema"});
+  std::string type;
+  f.str("type", type);
+  if (!f.err && type != "text" && type != "json_object" && type != "json_schema")
+    f.err = bad_request("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"",
+                        "response_format.type");
+  if (!f.err && type != "json_schema" && f.get("json_schema"))
+    f.err = bad_request("'response_format.json_schema' goes with type \"json_schema\"", "response_format.json_schema");
+  if (!f.err && type == "json_object") slot.set("response_format", structured::kind::json_object, "");
+  if (!f.err && type == "json_schema") {
+    auto js = f.get("json_schema");
+    if (!js || !js->is_object()) {
+      f.err = bad_request("'response_format.json_schema' must be an object with a 'schema'", "response_format.json_schema");
+    } else {
+      reader j{dom::object(*js), std::nullopt, "response_format.json_schema."};
+      known_fields(j, {"name", "schema", "strict", "description"});
+      std::string name, description;
+      bool strict = false;
+      j.str("name", name);
+      j.str("description", description);  // a hint for a model told the schema in words; the grammar is the schema
+      j.boolean("strict", strict);  // the output always follows the schema, strict or not
+      if (!j.err && !name.empty()) {
+        const bool ok = name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+                          return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+                        });
+        if (!ok)
+          j.err = bad_request("'response_format.json_schema.name' must be 1 to 64 of a-z, A-Z, 0-9, _ and -",
+                              "response_format.json_schema.name");
+      }
+      auto schema = j.get("schema");
+      std::string source;
+      if (!j.err && !schema)
+        j.err = bad_request("'response_format.json_schema.schema' is required", "response_format.json_schema.schema");
+      else if (!j.err && !schema->is_object())
+        j.wrong("schema", "an object", *schema);
+      else if (!j.err)
+        source = json_text(*schema);
+      if (j.err) f.err = j.err;
+      else slot.set("response_format", structured::kind::json_schema, std::move(source));
+    }
+  }
+  if (f.err && !r.err) r.err = f.err;
+}
+
+void read_constraints(reader& r, actors::request_spec& s) {
+  constraint_slot slot{r, s, {}};
+  read_response_format(r, slot);
+  std::string src;
+  if (auto e = r.get("grammar"); e && !r.err && constraint_string(r, *e, "grammar", src))
+    slot.set("grammar", structured::kind::grammar, src);
+  if (auto e = r.get("structured_outputs"); e && !r.err) {
+    if (!e->is_object()) return r.wrong("structured_outputs", "an object", *e);
+    reader so{dom::object(*e), std::nullopt, "structured_outputs."};
+    known_fields(so, {"json", "regex", "choice", "grammar", "json_object"});
+    if (so.err) {
+      r.err = so.err;
+      return;
+    }
+    for (auto kv : dom::object(*e)) {
+      if (r.err) return;
+      if (kv.value.is_null()) continue;
+      const std::string name = "structured_outputs." + std::string(kv.key);
+      if (kv.key == "json") {
+        if (constraint_schema(r, kv.value, name, src)) slot.set(name, structured::kind::json_schema, src);
+      } else if (kv.key == "regex") {
+        if (constraint_string(r, kv.value, name, src)) slot.set(name, structured::kind::regex, src);
+      } else if (kv.key == "choice") {
+        if (constraint_choice(r, kv.value, name, src)) slot.set(name, structured::kind::choice, src);
+      } else if (kv.key == "grammar") {
+        if (constraint_string(r, kv.value, name, src)) slot.set(name, structured::kind::grammar, src);
+      } else if (kv.key == "json_object") {
+        if (!kv.value.is_bool()) r.err = bad_request("'" + name + "' must be a boolean", name);
+        else if (bool(kv.value)) slot.set(name, structured::kind::json_object, "");
+      }
+    }
+  }
+  // vLLM's older names.
+  if (auto e = r.get("guided_json"); e && !r.err && constraint_schema(r, *e, "guided_json", src))
+    slot.set("guided_json", structured::kind::json_schema, src);
+  if (auto e = r.get("guided_regex"); e && !r.err && constraint_string(r, *e, "guided_regex", src))
+    slot.set("guided_regex", structured::kind::regex, src);
+  if (auto e = r.get("guided_choice"); e && !r.err && constraint_choice(r, *e, "guided_choice", src))
+    slot.set("guided_choice", structured::kind::choice, src);
+  if (auto e = r.get("guided_grammar"); e && !r.err && constraint_string(r, *e, "guided_grammar", src))
+    slot.set("guided_grammar", structured::kind::grammar, src);
+}
+
+// `logit_bias`: {"token id": bias in [-100, 100]}. Ids beyond the vocabulary are checked where
+// the vocabulary is known (the HTTP and WebSocket sessions, through net::inference).
+void read_logit_bias(reader& r, actors::request_spec& s) {
+  auto e = r.get("logit_bias");
+  if (!e || r.err) return;
+  if (!e->is_object()) return r.wrong("logit_bias", "an object of token id -> bias", *e);
+  dom::object o(*e);
+  if (o.size() > 1024) {
+    r.err = bad_request("'logit_bias' has more than 1024 entries", "logit_bias");
+    return;
+  }
+  for (auto kv : o) {
+    const std::string name = "logit_bias." + std::string(kv.key);
+    const std::string_view k = kv.key;
+    const bool digits = !k.empty() && k.size() <= 9 &&
+                        std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits) {
+      r.err = bad_request("'logit_bias' keys must be token ids (decimal integers), not '" + std::string(k) + "'", name);
+      return;
+    }
+    if (!kv.value.is_number()) {
+      r.err = bad_request("'" + name + "' must be a number in [-100, 100]", name);
+      return;
+    }
+    const double b = double(kv.value);
+    if (!(b >= -100.0 && b <= 100.0)) {
+      r.err = bad_request("'" + name + "' must be in [-100, 100]", name);
+      return;
+    }
+    s.sampling.logit_bias.push_back({static_cast<int32_t>(std::stol(std::string(k))), static_cast<float>(b)});
+  }
+}
+
+}  // namespace
+
+void bypass_cache_for(reader& r, actors::request_spec& s, bool asked, const char* field) {
+  if (!asked || r.err) return;
+  if (s.cache == cache::cache_choice::requested) {
+    r.err = bad_request(std::string("'cache': true cannot go with '") + field +
+                            "': the response cache neither keys nor keeps it",
+                        "cache");
+    return;
+  }
+  s.cache = cache::cache_choice::refused;
 }
 
 void read_common(reader& r, actors::request_spec& s) {
   r.str("model", s.model);
   int64_t max_tokens = 0;
-  r.integer("max_tokens", max_tokens);
-  r.integer("max_completion_tokens", max_tokens);
-  if (!r.err && max_tokens < 0) r.err = bad_request("'max_tokens' must not be negative", "max_tokens");
-  if (!r.err && max_tokens > (1 << 30)) r.err = bad_request("'max_tokens' is too large", "max_tokens");
+  const char* max_name = r.get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (!r.err && r.get("max_completion_tokens") && r.get("max_tokens"))
+    r.err = bad_request("send 'max_tokens' or 'max_completion_tokens', not both", "max_completion_tokens");
+  r.integer(max_name, max_tokens);
+  // 0 is refused as OpenAI does (it used to mean "the default", a surprise for a client that
+  // asked for nothing); leave the field out for the default.
+  if (!r.err && r.get(max_name) && max_tokens <= 0)
+    r.err = bad_request(std::string("'") + max_name + "' must be at least 1", max_name);
+  if (!r.err && max_tokens > (1 << 30)) r.err = bad_request(std::string("'") + max_name + "' is too large", max_name);
   s.max_tokens = static_cast<int32_t>(max_tokens);
   r.real("temperature", s.sampling.temperature);
   r.real("top_p", s.sampling.top_p);
@@ -139,10 +408,20 @@ void read_common(reader& r, actors::request_spec& s) {
         }
         s.stop.emplace_back(std::string_view(x));
       }
+      if (!r.err && s.stop.size() > max_stop_strings)
+        r.err = bad_request("'stop' has more than " + std::to_string(max_stop_strings) + " strings", "stop");
     } else {
       r.wrong("stop", "a string or an array of strings", *e);
     }
+    for (const auto& st : s.stop) {
+      if (r.err) break;
+      if (st.empty()) r.err = bad_request("'stop' strings must not be empty", "stop");
+      else if (st.find('\0') != std::string::npos) r.err = bad_request("'stop' strings must not contain NUL (\\u0000)", "stop");
+    }
   }
+  read_logit_bias(r, s);
+  bypass_cache_for(r, s, !s.sampling.logit_bias.empty(), "logit_bias");
+  read_constraints(r, s);
   if (!r.err) {
     if (auto v = s.sampling.validate(); !v) {
       // The message starts with the field it is about ("top_p must be in (0, 1]"): name it.
@@ -151,6 +430,55 @@ void read_common(reader& r, actors::request_spec& s) {
     }
   }
 }
+
+namespace {
+
+bool valid_function_name(const std::string& n) {
+  return !n.empty() && n.size() <= 64 && std::all_of(n.begin(), n.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+// An assistant message's `tool_calls`: [{"id","type":"function","function":{"name","arguments"}}].
+void read_tool_calls(reader& mr, const std::string& at, actors::chat_message& cm) {
+  auto e = mr.get("tool_calls");
+  if (!e) return;
+  if (!e->is_array()) return mr.wrong("tool_calls", "an array", *e);
+  size_t i = 0;
+  for (dom::element c : dom::array(*e)) {
+    const std::string here = at + "tool_calls[" + std::to_string(i++) + "]";
+    if (!c.is_object()) {
+      mr.err = bad_request("'" + here + "' must be an object", here);
+      return;
+    }
+    reader cr{dom::object(c), std::nullopt, here + "."};
+    known_fields(cr, {"id", "type", "function", "index"});
+    actors::tool_call tc;
+    std::string type = "function";
+    cr.str("id", tc.id);
+    cr.str("type", type);
+    if (!cr.err && type != "function") cr.err = bad_request("'" + here + ".type' must be \"function\"", here + ".type");
+    auto f = cr.get("function");
+    if (!cr.err && (!f || !f->is_object()))
+      cr.err = bad_request("'" + here + ".function' must be an object with 'name' and 'arguments'", here + ".function");
+    if (!cr.err) {
+      reader fr{dom::object(*f), std::nullopt, here + ".function."};
+      known_fields(fr, {"name", "arguments"});
+      fr.str("name", tc.name);
+      fr.str("arguments", tc.arguments);  // JSON text, as OpenAI sends it: an object here is a wrong type
+      if (!fr.err && tc.name.empty())
+        fr.err = bad_request("'" + here + ".function.name' is required", here + ".function.name");
+      if (fr.err) cr.err = fr.err;
+    }
+    if (cr.err) {
+      mr.err = cr.err;
+      return;
+    }
+    cm.tool_calls.push_back(std::move(tc));
+  }
+}
+
+}  // namespace
 
 void read_messages(reader& r, actors::request_spec& s) {
   auto e = r.get("messages");
@@ -164,36 +492,153 @@ void read_messages(reader& r, actors::request_spec& s) {
       return;
     }
     reader mr{dom::object(m), std::nullopt, at};
+    known_fields(mr, {"role", "content", "name", "tool_calls", "tool_call_id"});
     actors::chat_message cm;
     mr.str("role", cm.role);
-    if (auto c = mr.get("content")) {
-      if (c->is_string()) {
-        cm.content = std::string(std::string_view(*c));
-      } else if (c->is_array()) {
-        for (dom::element part : dom::array(*c)) {
+    if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system message
+    if (!mr.err && cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool") {
+      r.err = bad_request("'" + at + "role' must be \"system\", \"developer\", \"user\", \"assistant\" or \"tool\"",
+                          at + "role");
+      return;
+    }
+    const auto content = mr.get("content");
+    if (content) {
+      if (content->is_string()) {
+        cm.content = std::string(std::string_view(*content));
+      } else if (content->is_array()) {
+        for (dom::element part : dom::array(*content)) {
           dom::element t;
-          if (part.is_object() && dom::object(part)["text"].get(t) == simdjson::SUCCESS && t.is_string())
+          std::string_view type;
+          if (part.is_object() && dom::object(part)["text"].get(t) == simdjson::SUCCESS && t.is_string() &&
+              (dom::object(part)["type"].get(type) != simdjson::SUCCESS || type == "text") && dom::object(part).size() <= 2)
             cm.content += std::string_view(t);
           else {
-            mr.err = bad_request("'" + at + "content' parts must be {\"type\":\"text\",\"text\":...}", at + "content");
+            mr.err = bad_request("'" + at + "content' parts must be {\"type\":\"text\",\"text\":...} (only text is read)",
+                                 at + "content");
             break;
           }
         }
       } else {
-        mr.wrong("content", "a string or an array of text parts", *c);
+        mr.wrong("content", "a string or an array of text parts", *content);
       }
     }
+    if (cm.role == "assistant") read_tool_calls(mr, at, cm);
+    else if (!mr.err && mr.get("tool_calls"))
+      mr.err = bad_request("'" + at + "tool_calls' is only read on assistant messages", at + "tool_calls");
+    if (cm.role == "tool") {
+      mr.str("tool_call_id", cm.tool_call_id);
+      mr.str("name", cm.name);
+      if (!mr.err && cm.tool_call_id.empty())
+        mr.err = bad_request("'" + at + "tool_call_id' is required on a tool message", at + "tool_call_id");
+    } else if (!mr.err && mr.get("tool_call_id")) {
+      mr.err = bad_request("'" + at + "tool_call_id' is only read on tool messages", at + "tool_call_id");
+    } else if (!mr.err && mr.get("name")) {
+      // A participant's name would change nothing in the prompt: refused rather than dropped.
+      mr.err = bad_request("'" + at + "name' is only read on tool messages", at + "name");
+    }
+    // Content is required, except on an assistant message that calls tools (null or absent there).
+    if (!mr.err && !content && !(cm.role == "assistant" && !cm.tool_calls.empty()))
+      mr.err = bad_request("'" + at + "content' is required", at + "content");
     if (mr.err) {
       r.err = mr.err;
-      return;
-    }
-    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant") {
-      r.err = bad_request("'" + at + "role' must be \"system\", \"user\" or \"assistant\"", at + "role");
       return;
     }
     s.messages.push_back(std::move(cm));
   }
   if (s.messages.empty()) r.err = bad_request("'messages' must not be empty", "messages");
+}
+
+void read_tools(reader& r, actors::request_spec& s) {
+  if (auto e = r.get("tools"); e && !r.err) {
+    if (!e->is_array()) return r.wrong("tools", "an array", *e);
+    size_t i = 0;
+    for (dom::element t : dom::array(*e)) {
+      const std::string here = "tools[" + std::to_string(i++) + "]";
+      if (!t.is_object()) {
+        r.err = bad_request("'" + here + "' must be an object", here);
+        return;
+      }
+      reader tr{dom::object(t), std::nullopt, here + "."};
+      known_fields(tr, {"type", "function"});
+      std::string type;
+      tr.str("type", type);
+      if (!tr.err && type != "function")
+        tr.err = bad_request("'" + here + ".type' must be \"function\" (the only tool type served)", here + ".type");
+      auto f = tr.get("function");
+      if (!tr.err && (!f || !f->is_object()))
+        tr.err = bad_request("'" + here + ".function' must be an object with a 'name'", here + ".function");
+      actors::tool_spec ts;
+      if (!tr.err) {
+        reader fr{dom::object(*f), std::nullopt, here + ".function."};
+        known_fields(fr, {"name", "description", "parameters", "strict"});
+        fr.str("name", ts.name);
+        fr.str("description", ts.description);
+        bool strict = false;
+        fr.boolean("strict", strict);  // the arguments follow the schema whenever they are constrained
+        if (!fr.err && !valid_function_name(ts.name))
+          fr.err = bad_request("'" + here + ".function.name' must be 1 to 64 of a-z, A-Z, 0-9, _ and -",
+                               here + ".function.name");
+        if (auto p = fr.get("parameters"); p && !fr.err) {
+          if (!p->is_object()) fr.wrong("parameters", "a JSON Schema object", *p);
+          else ts.parameters = json_text(*p);
+        }
+        if (fr.err) tr.err = fr.err;
+      }
+      if (tr.err) {
+        r.err = tr.err;
+        return;
+      }
+      for (const auto& other : s.tools)
+        if (other.name == ts.name) {
+          r.err = bad_request("'" + here + ".function.name' '" + ts.name + "' is given twice", here + ".function.name");
+          return;
+        }
+      s.tools.push_back(std::move(ts));
+    }
+  }
+  auto c = r.get("tool_choice");
+  if (!c || r.err) return;
+  if (c->is_string()) {
+    const std::string v{std::string_view(*c)};
+    if (v != actors::tool_choice::automatic && v != actors::tool_choice::none && v != actors::tool_choice::required) {
+      r.err = bad_request("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\":\"function\",...}",
+                          "tool_choice");
+      return;
+    }
+    s.tool_choice = v;
+  } else if (c->is_object()) {
+    reader cr{dom::object(*c), std::nullopt, "tool_choice."};
+    known_fields(cr, {"type", "function"});
+    std::string type;
+    cr.str("type", type);
+    if (!cr.err && type != "function")
+      cr.err = bad_request("'tool_choice.type' must be \"function\"", "tool_choice.type");
+    auto f = cr.get("function");
+    if (!cr.err && (!f || !f->is_object()))
+      cr.err = bad_request("'tool_choice.function' must be an object with a 'name'", "tool_choice.function");
+    if (!cr.err) {
+      reader fr{dom::object(*f), std::nullopt, "tool_choice.function."};
+      known_fields(fr, {"name"});
+      fr.str("name", s.tool_choice_name);
+      if (fr.err) cr.err = fr.err;
+    }
+    if (cr.err) {
+      r.err = cr.err;
+      return;
+    }
+    const bool known = std::any_of(s.tools.begin(), s.tools.end(),
+                                   [&](const actors::tool_spec& t) { return t.name == s.tool_choice_name; });
+    if (!known) {
+      r.err = bad_request("'tool_choice.function.name' '" + s.tool_choice_name + "' is not one of 'tools'",
+                          "tool_choice.function.name");
+      return;
+    }
+    s.tool_choice = actors::tool_choice::function;
+  } else {
+    return r.wrong("tool_choice", "a string or an object", *c);
+  }
+  if (s.tools.empty() && s.tool_choice == actors::tool_choice::required)
+    r.err = bad_request("'tool_choice' \"required\" needs 'tools'", "tool_choice");
 }
 
 void read_prompt(reader& r, actors::request_spec& s, bool& seen) {

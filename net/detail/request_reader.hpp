@@ -3,6 +3,7 @@
 // (openai_codec.cpp) and the WebSocket `generate` frame (ws_protocol.cpp) take the same
 // sampling fields, messages and prompt, and name a wrong field the same way.
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
@@ -56,13 +57,39 @@ struct reader {
 };
 
 // Parses `body` (with a parser of this thread) into a JSON object; false with `err` set when it
-// is not valid JSON or not an object. `obj` lives until this thread parses again.
+// is not valid JSON, not an object, or has an object with a key twice anywhere (simdjson's DOM
+// keeps both and a lookup finds the first; a proxy that checks the last would be bypassed).
+// `obj` lives until this thread parses again.
 bool parse_object(std::string_view body, simdjson::dom::object& obj, api_error& err);
+
+// Every key of r.obj must be one of `known`: the first other one is "unknown field 'x'" (a
+// field the server does not read must never be a silent no).
+void known_fields(reader& r, std::initializer_list<std::string_view> known);
+// A field this server knows but does not honour: present (and not null) is a 400 naming it.
+void refuse(reader& r, std::string_view k, const std::string& why);
+
+// The fields read_common reads (for known_fields).
+#define TROUPE_COMMON_FIELDS                                                                              \
+  "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",             \
+      "frequency_penalty", "presence_penalty", "repetition_penalty", "seed", "priority", "ignore_eos",  \
+      "cache", "deadline_ms", "stop", "logit_bias", "response_format", "grammar", "structured_outputs", \
+      "guided_json", "guided_regex", "guided_choice", "guided_grammar"
+
+// At most 4 stop strings, as OpenAI allows.
+inline constexpr size_t max_stop_strings = 4;
 
 // The sampling fields shared by both endpoints and by the WebSocket `generate` frame.
 void read_common(reader& r, actors::request_spec& s);
-// `messages`: each `content` a string or an array of {"type":"text","text":...} parts.
+// A request that asks for what the response cache does not key or keep (logit_bias, logprobs:
+// a cached answer would come without them, or biased the other way) is generated afresh:
+// `cache` absent becomes false, `cache: true` is a 400 naming `cache`.
+void bypass_cache_for(reader& r, actors::request_spec& s, bool asked, const char* field);
+// `messages`: each `content` a string or an array of {"type":"text","text":...} parts; roles
+// system, user, assistant (with `tool_calls`, whose content may be null) and tool (with
+// `tool_call_id`).
 void read_messages(reader& r, actors::request_spec& s);
+// `tools` (type "function" only) and `tool_choice`.
+void read_tools(reader& r, actors::request_spec& s);
 // `prompt`: a string or an array of exactly one string; `seen` when the field is there.
 void read_prompt(reader& r, actors::request_spec& s, bool& seen);
 

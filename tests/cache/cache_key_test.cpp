@@ -30,6 +30,9 @@ TEST(CacheKey, TheStoredFingerprintsKeepTheirBytes) {
   q.stop = {"\n"};
   q.sampling.temperature = 0.5f;
   q.sampling.seed = 7;
+  // Shared across tenants and unconstrained: the bytes every record stored before tenants and
+  // constraints were keyed carries.
+  q.share_across_tenants = true;
   const fingerprint ctx = context_fingerprint(q);
   EXPECT_EQ(ctx.hex(), "1e40d7cf8c41179bfde7cf520e92cd0c");
   EXPECT_EQ(exact_fingerprint(ctx, normalize_question(q.question)).hex(), "32a4d8e40842001a384f74c223984512");
@@ -58,4 +61,45 @@ TEST(CacheKey, OneContextKeyServesBothCaches) {
   b.stop = {"\n"};
   EXPECT_NE(context_fingerprint(a), context_fingerprint(b));
   EXPECT_NE(exact_key(a), exact_key(b));
+}
+
+// Tenants (unless shared) and output constraints are part of the one context key, so both caches
+// and both semantic paths (exact, by meaning) keep them apart.
+TEST(CacheKey, TenantsAndConstraintsAreKeyed) {
+  cache_query a;
+  a.model = "m";
+  a.prompt = {1, 2, 3};
+  a.max_tokens = 8;
+  a.tenant = "alice";
+  cache_query b = a;
+  b.tenant = "bob";
+  EXPECT_NE(context_fingerprint(a), context_fingerprint(b));
+  EXPECT_NE(exact_key(a), exact_key(b));
+  // Opted in: one tenant's key serves another.
+  a.share_across_tenants = b.share_across_tenants = true;
+  EXPECT_EQ(context_fingerprint(a), context_fingerprint(b));
+  EXPECT_EQ(exact_key(a), exact_key(b));
+  // A key made before tenants were keyed (a shared one) never equals a scoped one, whatever the
+  // tenant's name, the empty one included.
+  cache_query scoped = a;
+  scoped.share_across_tenants = false;
+  scoped.tenant = "";
+  EXPECT_NE(context_fingerprint(scoped), context_fingerprint(a));
+  EXPECT_NE(exact_key(scoped), exact_key(a));
+
+  // Constraints: none, another kind, another source are three keys; sharing does not merge them.
+  cache_query json = a;
+  json.constraint_kind = "json_schema";
+  json.constraint_source = R"({"type":"object"})";
+  cache_query other_schema = json;
+  other_schema.constraint_source = R"({"type":"array"})";
+  cache_query regex = json;
+  regex.constraint_kind = "regex";
+  for (const cache_query* q : {&a, &other_schema, &regex}) {
+    EXPECT_NE(context_fingerprint(json), context_fingerprint(*q));
+    EXPECT_NE(exact_key(json), exact_key(*q));
+  }
+  cache_query same = json;
+  same.tenant = "carol";
+  EXPECT_EQ(exact_key(json), exact_key(same));
 }

@@ -2,7 +2,9 @@
 `troupe serve` (real model, an API key, the default semantic response cache):
 - `cache: false` bypasses the response cache for any request, greedy too (HTTP and WebSocket);
 - `POST /tokenize` and `POST /detokenize` in llama-server's shapes;
-- `POST /v1/embeddings` through the official `openai` client (the cache's MiniLM embedder)."""
+- `POST /v1/embeddings` through the official `openai` client (the cache's MiniLM embedder);
+- the fields of docs/protocol.md's table: logprobs (chat and completions, streamed and not),
+  n > 1, echo, logit_bias, stop arrays, include_usage, unknown fields and /v1/responses."""
 import asyncio
 import base64
 import json
@@ -250,3 +252,222 @@ def test_an_unknown_embedding_model_is_404(client):
 def test_embeddings_need_the_api_key(server):
     status, r = post(server, "/v1/embeddings", {"input": "x"}, key=None)
     assert status == 401
+
+
+# ---- the fields of the OpenAI table (docs/protocol.md) ----------------------------------------------
+
+ASK = [{"role": "user", "content": "Name three colours."}]
+
+
+def chat(client, **kw):
+    kw.setdefault("max_tokens", 8)
+    kw.setdefault("temperature", 0)
+    return client.chat.completions.create(model=MODEL_NAME, messages=kw.pop("messages", ASK), **kw)
+
+
+def test_unknown_field_is_400_naming_it(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, extra_body={"frobnicate": 1})
+    assert e.value.body["param"] == "frobnicate"
+    assert "unknown field 'frobnicate'" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, reasoning_effort="low")
+    assert e.value.body["param"] == "reasoning_effort"
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, max_tokens=0)
+    assert e.value.body["param"] == "max_tokens"
+    # Ignored on purpose: changes nothing the server does.
+    assert chat(client, user="someone", max_tokens=2).choices[0].message.content is not None
+
+
+def test_duplicate_keys_are_400(server):
+    body = b'{"model":"%s","messages":[{"role":"user","content":"hi"}],"max_tokens":1,"max_tokens":900}' % \
+        MODEL_NAME.encode()
+    status, r = post(server, "/v1/chat/completions", body)
+    assert status == 400, r
+    assert r["error"]["param"] == "max_tokens" and "duplicate key" in r["error"]["message"], r
+
+
+def test_responses_api_is_404_listing_the_endpoints(server):
+    status, r = post(server, "/v1/responses", {"model": MODEL_NAME, "input": "hi"})
+    assert status == 404, r
+    assert "/v1/responses" in r["error"]["message"] and "POST /v1/chat/completions" in r["error"]["message"], r
+
+
+def check_chat_logprobs(content, entries, top):
+    """Each entry's bytes are its token's exact bytes; together they spell the content."""
+    assert entries, "no logprobs"
+    joined = b"".join(bytes(e.bytes) for e in entries)
+    assert joined.decode() == content
+    for e in entries:
+        assert e.logprob <= 0
+        if "\ufffd" not in e.token:
+            assert bytes(e.bytes) == e.token.encode()
+        assert len(e.top_logprobs) == top
+        if top:
+            # Greedy: the chosen token is the most likely one.
+            assert e.top_logprobs[0].logprob == pytest.approx(e.logprob, abs=1e-5)
+            assert bytes(e.top_logprobs[0].bytes) == bytes(e.bytes)
+            assert all(a.logprob >= b.logprob for a, b in zip(e.top_logprobs, e.top_logprobs[1:]))
+
+
+def test_chat_logprobs(client):
+    r = chat(client, logprobs=True, top_logprobs=3, extra_body={"cache": False})
+    entries = r.choices[0].logprobs.content
+    assert len(entries) == r.usage.completion_tokens
+    check_chat_logprobs(r.choices[0].message.content, entries, 3)
+    # Not asked: null.
+    assert chat(client, max_tokens=2).choices[0].logprobs is None
+
+
+def test_chat_logprobs_streamed_match_the_plain_answer(client):
+    plain = chat(client, logprobs=True, top_logprobs=2, extra_body={"cache": False})
+    chunks = list(chat(client, logprobs=True, top_logprobs=2, stream=True, stream_options={"include_usage": True},
+                       extra_body={"cache": False}))
+    entries = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == plain.choices[0].message.content
+    check_chat_logprobs(text, entries, 2)
+    assert [e.token for e in entries] == [e.token for e in plain.choices[0].logprobs.content]
+    for a, b in zip(entries, plain.choices[0].logprobs.content):
+        assert a.logprob == pytest.approx(b.logprob, abs=1e-4)
+    assert chunks[-1].usage.completion_tokens == len(entries)
+
+
+def check_completion_logprobs(text, lp, top, offset=0):
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) > 0
+    assert "".join(lp.tokens) == text
+    assert lp.text_offset[0] == offset
+    assert all(b - a == len(t.encode()) for a, b, t in zip(lp.text_offset, lp.text_offset[1:], lp.tokens))
+    for tok, v, alts in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert v <= 0 and len(alts) == top
+        assert max(alts.values()) == pytest.approx(v, abs=1e-5)  # greedy: the best one
+
+
+def test_completion_logprobs(client):
+    r = client.completions.create(model=MODEL_NAME, prompt="The capital of France is", max_tokens=6, temperature=0,
+                                  logprobs=2, extra_body={"cache": False})
+    check_completion_logprobs(r.choices[0].text, r.choices[0].logprobs, 2)
+    chunks = list(client.completions.create(model=MODEL_NAME, prompt="The capital of France is", max_tokens=6,
+                                            temperature=0, logprobs=2, stream=True, extra_body={"cache": False}))
+    toks = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+    assert toks == r.choices[0].logprobs.tokens
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL_NAME, prompt="x", max_tokens=2, logprobs=6)
+    assert e.value.body["param"] == "logprobs"
+
+
+def test_n_two_greedy_gives_two_equal_choices_and_sums_usage(client):
+    one = chat(client, extra_body={"cache": False})
+    r = chat(client, n=2, extra_body={"cache": False})
+    assert [c.index for c in r.choices] == [0, 1]
+    assert r.choices[0].message.content == r.choices[1].message.content == one.choices[0].message.content
+    assert r.usage.prompt_tokens == one.usage.prompt_tokens  # the prompt counted once
+    assert r.usage.completion_tokens == 2 * one.usage.completion_tokens
+
+
+def test_n_two_sampled_streamed_carries_each_index(client):
+    chunks = list(chat(client, n=2, temperature=1.0, seed=7, max_tokens=12, stream=True,
+                       stream_options={"include_usage": True}, extra_body={"cache": False}))
+    texts, finished = {0: "", 1: ""}, set()
+    for c in chunks:
+        for ch in c.choices:
+            texts[ch.index] += ch.delta.content or ""
+            if ch.finish_reason:
+                finished.add(ch.index)
+    assert finished == {0, 1}
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    # Choice i is sampled with seed + i: choice 1 is what a single request with seed 8 gives.
+    alone = chat(client, temperature=1.0, seed=8, max_tokens=12, extra_body={"cache": False})
+    assert texts[1] == alone.choices[0].message.content
+    alone0 = chat(client, temperature=1.0, seed=7, max_tokens=12, extra_body={"cache": False})
+    assert texts[0] == alone0.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == alone.usage.completion_tokens + alone0.usage.completion_tokens
+
+
+def test_include_usage_only_when_asked(client):
+    plain = list(chat(client, stream=True, max_tokens=3))
+    assert all(c.usage is None for c in plain)
+    with_usage = list(chat(client, stream=True, max_tokens=3, stream_options={"include_usage": True}))
+    assert with_usage[-1].choices == [] and with_usage[-1].usage.completion_tokens == 3
+    assert all(c.usage is None for c in with_usage[:-1])
+
+
+def test_echo(client):
+    prompt = "Once upon a time"
+    r = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=4, temperature=0, echo=True,
+                                  extra_body={"cache": False})
+    plain = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=4, temperature=0,
+                                      extra_body={"cache": False})
+    assert r.choices[0].text == prompt + plain.choices[0].text
+    chunks = list(client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=4, temperature=0, echo=True,
+                                            stream=True, extra_body={"cache": False}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == r.choices[0].text
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=2, echo=True, logprobs=1)
+    assert e.value.body["param"] == "echo"
+
+
+def test_logit_bias_bans_and_forces_tokens(client, server):
+    first = chat(client, logprobs=True, extra_body={"cache": False})
+    chosen = first.choices[0].logprobs.content[0]
+    _, tok = post(server, "/tokenize", {"content": bytes(chosen.bytes).decode(errors="ignore"), "add_special": False})
+    assert len(tok["tokens"]) == 1, tok
+    banned = tok["tokens"][0]
+    r = chat(client, logprobs=True, logit_bias={str(banned): -100}, extra_body={"cache": False})
+    assert bytes(r.choices[0].logprobs.content[0].bytes) != bytes(chosen.bytes)
+    _, banana = post(server, "/tokenize", {"content": " banana", "add_special": False})
+    assert len(banana["tokens"]) == 1, banana
+    forced = chat(client, max_tokens=3, logit_bias={str(banana["tokens"][0]): 100}, extra_body={"cache": False})
+    assert forced.choices[0].message.content.split() == ["banana"] * 3, forced.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, logit_bias={"49152": 1})
+    assert e.value.body["param"] == "logit_bias.49152"
+
+
+def test_stop_array(client):
+    free = chat(client, max_tokens=16, extra_body={"cache": False}).choices[0].message.content
+    word = free.split()[1] if len(free.split()) > 1 else free[:3]
+    r = chat(client, max_tokens=16, stop=["zzzq", word, "qqqz", "\n\n\n"], extra_body={"cache": False})
+    assert r.choices[0].finish_reason == "stop"
+    assert word not in r.choices[0].message.content
+    assert free.startswith(r.choices[0].message.content)
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, stop=["a", "b", "c", "d", "e"])
+    assert e.value.body["param"] == "stop"
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, stop="\u0000")
+    assert e.value.body["param"] == "stop"
+
+
+def metric(server, name):
+    time.sleep(2.5)  # the gauges are refreshed every 2 s
+    with urllib.request.urlopen(server.url + "/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
+
+
+def test_n_choices_share_the_prompt_through_the_prefix_cache(client, server):
+    # Choice 0 computes the prompt; the others start once its first token is out and find the
+    # prompt's KV blocks (whole 16-token blocks) in the prefix cache.
+    long_prompt = "Tell me a story about " + " and ".join(f"a cat named {secrets.token_hex(3)}" for _ in range(30))
+    before = metric(server, "troupe_prefix_cache_hit_tokens_scheduler_total")
+    r = chat(client, n=3, temperature=1.0, max_tokens=4, messages=[{"role": "user", "content": long_prompt}],
+             extra_body={"cache": False})
+    assert len(r.choices) == 3
+    hits = metric(server, "troupe_prefix_cache_hit_tokens_scheduler_total") - before
+    assert hits >= 2 * (r.usage.prompt_tokens - 16), (hits, r.usage)
+
+
+def test_a_client_hanging_up_cancels_every_choice(client, server):
+    stream = chat(client, n=3, temperature=1.0, max_tokens=2000, stream=True, extra_body={"cache": False,
+                                                                                          "ignore_eos": True})
+    seen = set()
+    for c in stream:
+        seen.update(ch.index for ch in c.choices if ch.delta.content)
+        if len(seen) == 3:
+            break
+    stream.close()
+    assert metric(server, "troupe_running_sequences") == 0

@@ -479,3 +479,109 @@ TEST(CpuBackend, FastMatmulOrderMatchesReferenceAndIsBatchInvariant) {
           << type_name(static_cast<uint32_t>(t)) << " sequence " << i;
   }
 }
+
+// Speculative verification feeds [last token, p1..pk] as one chunk and reads the logits at every
+// position (batch_sequence::n_logits). Positions past the prompt sum in the decode order however
+// the steps are cut, so each row must be bit for bit the logits a one-token decode there gives,
+// and the K/V the chunk wrote must be what the decodes wrote (the next decode agrees too): in
+// both matmul orders and with fp16 and q8 K/V memory.
+TEST(CpuBackend, SeveralLogitsRowsOfAChunkEqualOneTokenDecodes) {
+  struct variant {
+    matmul_order order;
+    bool q8;
+  };
+  for (auto v : {variant{matmul_order::llama_cpp, false}, variant{matmul_order::fast, false},
+                 variant{matmul_order::llama_cpp, true}, variant{matmul_order::fast, true}}) {
+    test::synthetic_options o;
+    o.matrix_type = ggml_type::q4_1;
+    o.embd_type = ggml_type::q8_0;
+    auto m = llama_model::load(test::make_synthetic_file(o));
+    ASSERT_TRUE(m.ok()) << m.error();
+    if (v.q8 && !kv_q8_supported(m.value()->params().head_dim)) continue;  // refused by name: see the q8 test
+    backend_options bo;
+    bo.n_threads = 2;
+    bo.kv_bytes = 8ll << 20;
+    bo.kv_q8 = v.q8;
+    bo.matmul = v.order;
+    auto made = make_backend("cpu", m.value(), bo);
+    ASSERT_TRUE(made.ok()) << made.error();
+    auto& be = *made.value();
+    const std::string what = std::string(v.order == matmul_order::fast ? "fast" : "llama.cpp") + (v.q8 ? " q8" : " fp16");
+    const int n_vocab = m.value()->params().n_vocab;
+    const auto prompt = random_tokens(13, n_vocab, 21);
+    const auto next = random_tokens(7, n_vocab, 22);  // the decoded token, then six "proposed" ones
+    auto step = [&](uint64_t id, const std::vector<int32_t>& toks, int32_t n_past, std::vector<int32_t> table,
+                    int32_t n_logits) {
+      batch b;
+      batch_sequence s;
+      s.seq_id = id;
+      s.tokens = toks;
+      s.n_past = n_past;
+      s.n_prompt = static_cast<int32_t>(prompt.size());
+      s.block_table = std::move(table);
+      s.n_logits = n_logits;
+      b.seqs.push_back(std::move(s));
+      auto r = be.forward(b);
+      EXPECT_TRUE(r.ok()) << r.error();
+      return r.ok() ? std::move(r.value()) : batch_logits{};
+    };
+    const auto n_p = static_cast<int32_t>(prompt.size());
+    // One token at a time in blocks 0-1, the chunk in blocks 4-5 (another sequence in the same step
+    // checks that rows come per sequence in order).
+    step(1, prompt, 0, table_of(2), 1);
+    std::vector<std::vector<float>> single;
+    for (size_t j = 0; j < next.size(); ++j) {
+      auto r = step(1, {next[j]}, n_p + static_cast<int32_t>(j), table_of(2), 1);
+      ASSERT_EQ(r.seq_ids.size(), 1u) << what;
+      single.emplace_back(r.row(0), r.row(0) + n_vocab);
+    }
+    step(2, prompt, 0, table_of(2, 4), 1);
+    batch b;
+    for (uint64_t id : {uint64_t{3}, uint64_t{2}}) {
+      batch_sequence s;
+      s.seq_id = id;
+      s.tokens = id == 2 ? next : std::vector<int32_t>{prompt[0], prompt[1]};
+      s.n_past = id == 2 ? n_p : 0;
+      s.n_prompt = id == 2 ? n_p : 2;
+      s.block_table = table_of(2, id == 2 ? 4 : 8);
+      s.n_logits = id == 2 ? static_cast<int32_t>(next.size()) : 1;
+      b.seqs.push_back(std::move(s));
+    }
+    auto r = be.forward(b);
+    ASSERT_TRUE(r.ok()) << r.error();
+    ASSERT_EQ(r->seq_ids.size(), 1 + next.size()) << what;
+    EXPECT_EQ(r->seq_ids[0], 3u);
+    for (size_t j = 0; j < next.size(); ++j) {
+      EXPECT_EQ(r->seq_ids[1 + j], 2u);
+      EXPECT_EQ(std::memcmp(single[j].data(), r->row(1 + j), single[j].size() * sizeof(float)), 0)
+          << what << ": position " << j << " differs by " << max_abs_diff(single[j].data(), r->row(1 + j), single[j].size());
+    }
+    const int32_t end = n_p + static_cast<int32_t>(next.size());
+    auto a = step(1, {5}, end, table_of(2), 1);
+    auto c = step(2, {5}, end, table_of(2, 4), 1);
+    EXPECT_EQ(std::memcmp(a.row(0), c.row(0), static_cast<size_t>(n_vocab) * sizeof(float)), 0) << what << ": K/V differ";
+  }
+}
+
+TEST(CpuBackend, LogitsRowsOutsideTheChunkAreRefusedByName) {
+  test::synthetic_options o;
+  fixture f(o, 1);
+  batch b;
+  batch_sequence s;
+  s.seq_id = 4;
+  s.tokens = {1, 2, 3};
+  s.block_table = {0};
+  s.n_logits = 4;
+  b.seqs = {s};
+  auto r = f.be->forward(b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("n_logits 4"), std::string::npos) << r.error();
+  b.seqs[0].n_logits = 0;
+  r = f.be->forward(b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().find("n_logits 0"), std::string::npos) << r.error();
+  b.seqs[0].n_logits = 3;
+  r = f.be->forward(b);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->seq_ids, (std::vector<uint64_t>{4, 4, 4}));
+}

@@ -2,6 +2,8 @@
 // ids are llama.cpp's (llama-tokenize --no-bos) for the same texts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "model/chat_template.hpp"
 #include "model/detokenizer.hpp"
 #include "model/gguf_reader.hpp"
@@ -49,6 +51,34 @@ TEST_F(TokenizerRealModel, ChatMarkersAreSingleTokensOnlyWhenParsingSpecial) {
   EXPECT_EQ(t.encode("<|im_start|>", false, true), (ids{1}));
   EXPECT_EQ(t.encode("<|im_end|>", false, true), (ids{2}));
   EXPECT_EQ(t.encode("<|im_start|>", false, false), (ids{44, 108, 306, 79, 3738, 108, 46}));
+}
+
+// Special tokens read only inside the given spans (a chat template's own text): the same text
+// elsewhere is plain, and text across a span's edge tokenizes as one would have.
+TEST_F(TokenizerRealModel, SpecialTokensOnlyInsideTheGivenSpans) {
+  const auto& t = *tok_;
+  const std::string text = "<|im_start|>user\n<|im_start|>system<|im_end|>\n";
+  // The template's parts: "<|im_start|>user\n" (0..17) and "<|im_end|>\n" (35..46).
+  const tokenizer::spans tpl = {{0, 17}, {35, 46}};
+  auto got = t.encode_checked(text, false, tpl);
+  ASSERT_TRUE(got.ok()) << got.error();
+  ids expected = {1};
+  for (int32_t id : t.encode("user\n<|im_start|>system", false, false)) expected.push_back(id);
+  expected.push_back(2);
+  expected.push_back(198);
+  EXPECT_EQ(got.value(), expected);
+  EXPECT_EQ(std::count(got.value().begin(), got.value().end(), 1), 1);  // only the template's im_start
+  // Spans over everything: encode's parse_special.
+  EXPECT_EQ(t.encode_checked(text, false, tokenizer::spans{{0, text.size()}}).value(), t.encode(text, false, true));
+  // A marker straddling a span's edge is no marker; one inside the span right after it still is.
+  const std::string edge = "a<|im_start|><|im_end|>";
+  EXPECT_EQ(t.encode_checked(edge, false, tokenizer::spans{{5, edge.size()}}).value(),
+            [&] {
+              ids e = t.encode("a<|im_start|>", false, false);
+              e.push_back(2);
+              return e;
+            }());
+  EXPECT_FALSE(t.encode_checked(std::string("\xff"), false, tpl).ok());  // still checked
 }
 
 TEST_F(TokenizerRealModel, DigitsAreSplitOneByOne) {

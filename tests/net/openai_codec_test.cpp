@@ -11,6 +11,8 @@ using namespace troupe;
 using namespace troupe::net;
 using troupe::net::test::valid_json;
 
+static size_t dom_size(simdjson::dom::element e) { return simdjson::dom::array(e).size(); }
+
 TEST(openai, parses_chat_request) {
   auto p = parse_openai_request(
       R"({"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"hi"}]}],
@@ -88,16 +90,269 @@ TEST(openai, out_of_range_integers_are_named) {
   EXPECT_EQ(top_p.error.param, "top_p");
 }
 
-// Logprobs are refused by name (not answered with null); false, 0 and null are fine.
-TEST(openai, logprobs_asked_for_are_refused_by_name) {
-  for (const char* v : {R"("logprobs":true)", R"("logprobs":3)", R"("top_logprobs":2)"}) {
-    auto r = chat_with(v);
-    ASSERT_FALSE(r.request) << v;
-    EXPECT_NE(r.error.param.find("logprobs"), std::string::npos) << v;
-    EXPECT_NE(r.error.message.find("not supported"), std::string::npos) << v;
+// Chat: `logprobs` a boolean, `top_logprobs` 0..20 with it; completions: `logprobs` 0..5.
+TEST(openai, logprobs_are_parsed_per_endpoint) {
+  auto on = chat_with(R"("logprobs":true,"top_logprobs":3)");
+  ASSERT_TRUE(on.request) << on.error.message;
+  EXPECT_TRUE(on.request->logprobs);
+  EXPECT_TRUE(on.request->spec.logprobs);
+  EXPECT_EQ(on.request->spec.sampling.n_logprobs, 3);
+  auto off = chat_with(R"("logprobs":false)");
+  ASSERT_TRUE(off.request);
+  EXPECT_FALSE(off.request->spec.logprobs);
+  EXPECT_EQ(chat_with(R"("top_logprobs":2)").error.param, "top_logprobs");  // needs logprobs: true
+  EXPECT_EQ(chat_with(R"("logprobs":true,"top_logprobs":21)").error.param, "top_logprobs");
+  EXPECT_EQ(chat_with(R"("logprobs":3)").error.param, "logprobs");  // a boolean on chat
+  auto text = parse_openai_request(R"({"prompt":"x","logprobs":2})", false);
+  ASSERT_TRUE(text.request) << text.error.message;
+  EXPECT_TRUE(text.request->spec.logprobs);
+  EXPECT_EQ(text.request->spec.sampling.n_logprobs, 2);
+  auto zero = parse_openai_request(R"({"prompt":"x","logprobs":0})", false);
+  ASSERT_TRUE(zero.request);
+  EXPECT_TRUE(zero.request->spec.logprobs);  // the tokens' own, no alternatives
+  EXPECT_EQ(zero.request->spec.sampling.n_logprobs, 0);
+  EXPECT_EQ(parse_openai_request(R"({"prompt":"x","logprobs":6})", false).error.param, "logprobs");
+  EXPECT_EQ(parse_openai_request(R"({"prompt":"x","top_logprobs":2})", false).error.param, "top_logprobs");
+}
+
+// Every field is honoured, refused by name, or ignored on purpose: an unknown one is a 400.
+TEST(openai, unknown_and_unserved_fields_are_named) {
+  auto unknown = chat_with(R"("foo":1)");
+  ASSERT_FALSE(unknown.request);
+  EXPECT_EQ(unknown.error.status, 400);
+  EXPECT_EQ(unknown.error.param, "foo");
+  EXPECT_NE(unknown.error.message.find("unknown field 'foo'"), std::string::npos) << unknown.error.message;
+  for (const char* f : {"audio", "functions", "function_call", "prediction", "reasoning_effort", "web_search_options",
+                        "verbosity"}) {
+    auto r = chat_with((std::string("\"") + f + "\":{}").c_str());
+    ASSERT_FALSE(r.request) << f;
+    EXPECT_EQ(r.error.param, f);
+    EXPECT_NE(r.error.message.find("not supported"), std::string::npos) << r.error.message;
   }
-  for (const char* v : {R"("logprobs":false)", R"("logprobs":0)", R"("logprobs":null)", R"("top_logprobs":0)"})
-    EXPECT_TRUE(chat_with(v).request) << v;
+  EXPECT_EQ(chat_with(R"("prompt":"x")").error.param, "prompt");
+  EXPECT_EQ(parse_openai_request(R"({"prompt":"x","messages":[]})", false).error.param, "messages");
+  EXPECT_EQ(parse_openai_request(R"({"prompt":"x","suffix":"y"})", false).error.param, "suffix");
+  EXPECT_EQ(parse_openai_request(R"({"prompt":"x","best_of":2})", false).error.param, "best_of");
+  EXPECT_TRUE(parse_openai_request(R"({"prompt":"x","best_of":1,"user":"u"})", false).request);
+  EXPECT_EQ(chat_with(R"("store":true)").error.param, "store");
+  EXPECT_EQ(chat_with(R"("service_tier":"flex")").error.param, "service_tier");
+  EXPECT_EQ(chat_with(R"("modalities":["text","audio"])").error.param, "modalities");
+  EXPECT_EQ(chat_with(R"("parallel_tool_calls":false)").error.param, "parallel_tool_calls");
+  EXPECT_EQ(chat_with(R"("stream_options":{"include_usage":true})").error.param, "stream_options");  // without stream
+  EXPECT_EQ(chat_with(R"("stream":true,"stream_options":{"x":1})").error.param, "stream_options.x");
+  // Ignored on purpose, or asking for what the server does anyway.
+  auto fine = chat_with(R"("user":"u","metadata":{"k":"v"},"store":false,"service_tier":"auto","modalities":["text"],)"
+                        R"("parallel_tool_calls":true,"prompt_cache_key":"p","safety_identifier":"s")");
+  EXPECT_TRUE(fine.request) << fine.error.message;
+  EXPECT_EQ(parse_embedding_request(R"({"input":"a","bogus":1})").error.param, "bogus");
+}
+
+// Issue 24 item 9: lax validation made strict.
+TEST(openai, lax_inputs_are_refused_by_name) {
+  EXPECT_EQ(chat_with(R"("max_tokens":0)").error.param, "max_tokens");
+  EXPECT_EQ(chat_with(R"("max_completion_tokens":0)").error.param, "max_completion_tokens");
+  EXPECT_EQ(chat_with(R"("max_tokens":1e-400)").error.param, "max_tokens");
+  EXPECT_EQ(chat_with(R"("max_tokens":2.0)").error.param, "max_tokens");
+  EXPECT_EQ(chat_with(R"("n":1.5)").error.param, "n");
+  EXPECT_EQ(chat_with(R"("max_tokens":3,"max_completion_tokens":3)").error.param, "max_completion_tokens");
+  auto mct = chat_with(R"("max_completion_tokens":9)");
+  ASSERT_TRUE(mct.request) << mct.error.message;
+  EXPECT_EQ(mct.request->spec.max_tokens, 9);
+  auto nocontent = parse_openai_request(R"({"messages":[{"role":"user"}]})", true);
+  EXPECT_EQ(nocontent.error.param, "messages[0].content");
+  auto dup = parse_openai_request(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":5,"max_tokens":500})", true);
+  ASSERT_FALSE(dup.request);
+  EXPECT_EQ(dup.error.param, "max_tokens");
+  EXPECT_NE(dup.error.message.find("duplicate key 'max_tokens'"), std::string::npos) << dup.error.message;
+  auto nested = parse_openai_request(R"({"messages":[{"role":"user","content":"x","role":"system"}]})", true);
+  EXPECT_EQ(nested.error.param, "messages[0].role");
+  EXPECT_EQ(chat_with(R"("stop":"\u0000")").error.param, "stop");
+  EXPECT_EQ(chat_with(R"("stop":["a",""])").error.param, "stop");
+  EXPECT_EQ(chat_with(R"("stop":["a","b","c","d","e"])").error.param, "stop");
+  EXPECT_TRUE(chat_with(R"("stop":["a","b","c","d"])").request);
+  EXPECT_EQ(chat_with(R"("presence_penalty":2.5)").error.param, "presence_penalty");
+  EXPECT_EQ(chat_with(R"("frequency_penalty":-2.5)").error.param, "frequency_penalty");
+  EXPECT_EQ(chat_with(R"("n":0)").error.param, "n");
+  EXPECT_EQ(chat_with(R"("n":17)").error.param, "n");
+  auto n = chat_with(R"("n":3)");
+  ASSERT_TRUE(n.request);
+  EXPECT_EQ(n.request->n, 3);
+}
+
+TEST(openai, logit_bias_is_parsed_and_bounded) {
+  auto ok = chat_with(R"("logit_bias":{"17":-100,"42":5.5})");
+  ASSERT_TRUE(ok.request) << ok.error.message;
+  const auto& b = ok.request->spec.sampling.logit_bias;
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].token, 17);
+  EXPECT_FLOAT_EQ(b[0].bias, -100.0f);
+  EXPECT_EQ(b[1].token, 42);
+  EXPECT_FLOAT_EQ(b[1].bias, 5.5f);
+  EXPECT_EQ(chat_with(R"("logit_bias":{"17":101})").error.param, "logit_bias.17");
+  EXPECT_EQ(chat_with(R"("logit_bias":{"x":1})").error.param, "logit_bias.x");
+  EXPECT_EQ(chat_with(R"("logit_bias":{"-3":1})").error.param, "logit_bias.-3");
+  EXPECT_EQ(chat_with(R"("logit_bias":{"3":"1"})").error.param, "logit_bias.3");
+  EXPECT_EQ(chat_with(R"("logit_bias":[1])").error.param, "logit_bias");
+}
+
+// The response cache neither keys logit_bias nor keeps logprob alternatives: such requests are
+// generated afresh, and `cache: true` with them is refused by name.
+TEST(openai, logit_bias_and_logprobs_bypass_the_response_cache) {
+  using cache::cache_choice;
+  EXPECT_EQ(chat_with(R"("logit_bias":{"1":1})").request->spec.cache, cache_choice::refused);
+  EXPECT_EQ(chat_with(R"("logprobs":true)").request->spec.cache, cache_choice::refused);
+  EXPECT_EQ(chat_with(R"("logprobs":false)").request->spec.cache, cache_choice::automatic);
+  EXPECT_EQ(parse_openai_request(R"({"prompt":"x","logprobs":0})", false).request->spec.cache, cache_choice::refused);
+  EXPECT_EQ(chat_with(R"("logprobs":true,"cache":true)").error.param, "cache");
+  EXPECT_EQ(chat_with(R"("logit_bias":{"1":1},"cache":true)").error.param, "cache");
+}
+
+TEST(openai, constraints_are_parsed_one_at_a_time) {
+  auto obj = chat_with(R"("response_format":{"type":"json_object"})");
+  ASSERT_TRUE(obj.request) << obj.error.message;
+  EXPECT_EQ(obj.request->spec.constraint.kind, "json_object");
+  auto text = chat_with(R"("response_format":{"type":"text"})");
+  ASSERT_TRUE(text.request);
+  EXPECT_TRUE(text.request->spec.constraint.empty());
+  auto schema = chat_with(
+      R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object", "properties":{"a":{"type":"integer"}}}}})");
+  ASSERT_TRUE(schema.request) << schema.error.message;
+  EXPECT_EQ(schema.request->spec.constraint.kind, "json_schema");
+  EXPECT_EQ(schema.request->spec.constraint.source, R"({"type":"object","properties":{"a":{"type":"integer"}}})");
+  auto g = chat_with(R"("grammar":"root ::= \"yes\"")");
+  ASSERT_TRUE(g.request);
+  EXPECT_EQ(g.request->spec.constraint.kind, "grammar");
+  EXPECT_EQ(g.request->spec.constraint.source, "root ::= \"yes\"");
+  auto re = chat_with(R"("structured_outputs":{"regex":"[0-9]+"})");
+  ASSERT_TRUE(re.request);
+  EXPECT_EQ(re.request->spec.constraint.kind, "regex");
+  auto ch = chat_with(R"("guided_choice":["a", "b"])");
+  ASSERT_TRUE(ch.request);
+  EXPECT_EQ(ch.request->spec.constraint.kind, "choice");
+  EXPECT_EQ(ch.request->spec.constraint.source, R"(["a","b"])");
+  auto gj = parse_openai_request(R"({"prompt":"x","guided_json":{"type":"string"}})", false);
+  ASSERT_TRUE(gj.request) << gj.error.message;
+  EXPECT_EQ(gj.request->spec.constraint.kind, "json_schema");
+  auto two = chat_with(R"("response_format":{"type":"json_object"},"grammar":"root ::= \"a\"")");
+  ASSERT_FALSE(two.request);
+  EXPECT_NE(two.error.message.find("'response_format' and 'grammar'"), std::string::npos) << two.error.message;
+  EXPECT_EQ(chat_with(R"("response_format":{"type":"xml"})").error.param, "response_format.type");
+  EXPECT_EQ(chat_with(R"("response_format":{"type":"json_schema"})").error.param, "response_format.json_schema");
+  EXPECT_EQ(chat_with(R"("response_format":{"type":"json_schema","json_schema":{"schema":{},"x":1}})").error.param,
+            "response_format.json_schema.x");
+  EXPECT_EQ(chat_with(R"("structured_outputs":{"regex":"a","choice":["b"]})").error.param, "structured_outputs.choice");
+  EXPECT_EQ(chat_with(R"("structured_outputs":{"xml":"a"})").error.param, "structured_outputs.xml");
+  EXPECT_EQ(chat_with(R"("guided_choice":[])").error.param, "guided_choice");
+}
+
+TEST(openai, tools_and_tool_messages_are_parsed) {
+  auto r = parse_openai_request(
+      R"({"messages":[{"role":"user","content":"weather?"},
+          {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},
+          {"role":"tool","tool_call_id":"c1","content":"12 C"}],
+          "tools":[{"type":"function","function":{"name":"get_weather","description":"d","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}],
+          "tool_choice":{"type":"function","function":{"name":"get_weather"}}})",
+      true);
+  ASSERT_TRUE(r.request) << r.error.message;
+  const auto& s = r.request->spec;
+  ASSERT_EQ(s.tools.size(), 1u);
+  EXPECT_EQ(s.tools[0].name, "get_weather");
+  EXPECT_EQ(s.tools[0].parameters, R"({"type":"object","properties":{"city":{"type":"string"}}})");
+  EXPECT_EQ(s.tool_choice, "function");
+  EXPECT_EQ(s.tool_choice_name, "get_weather");
+  ASSERT_EQ(s.messages.size(), 3u);
+  ASSERT_EQ(s.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(s.messages[1].tool_calls[0].arguments, R"({"city":"Oslo"})");
+  EXPECT_EQ(s.messages[2].role, "tool");
+  EXPECT_EQ(s.messages[2].tool_call_id, "c1");
+
+  auto req = [](const char* extra) {
+    return parse_openai_request(std::string(R"({"messages":[{"role":"user","content":"x"}],)") + extra + "}", true);
+  };
+  const char* tool = R"("tools":[{"type":"function","function":{"name":"f"}}])";
+  EXPECT_TRUE(req((std::string(tool) + R"(,"tool_choice":"required")").c_str()).request);
+  EXPECT_EQ(req(R"("tool_choice":"required")").error.param, "tool_choice");
+  EXPECT_EQ(req((std::string(tool) + R"(,"tool_choice":"sometimes")").c_str()).error.param, "tool_choice");
+  EXPECT_EQ(req((std::string(tool) + R"(,"tool_choice":{"type":"function","function":{"name":"g"}})").c_str()).error.param,
+            "tool_choice.function.name");
+  EXPECT_EQ(req(R"("tools":[{"type":"code_interpreter"}])").error.param, "tools[0].type");
+  EXPECT_EQ(req(R"("tools":[{"type":"function","function":{"name":"bad name"}}])").error.param, "tools[0].function.name");
+  EXPECT_EQ(req(R"("tools":[{"type":"function","function":{"name":"f","parameters":"{}"}}])").error.param,
+            "tools[0].function.parameters");
+  auto args = parse_openai_request(
+      R"({"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{}}}]}]})",
+      true);
+  EXPECT_EQ(args.error.param, "messages[0].tool_calls[0].function.arguments");
+  auto no_id = parse_openai_request(R"({"messages":[{"role":"tool","content":"x"}]})", true);
+  EXPECT_EQ(no_id.error.param, "messages[0].tool_call_id");
+  auto name = parse_openai_request(R"({"messages":[{"role":"user","content":"x","name":"bob"}]})", true);
+  EXPECT_EQ(name.error.param, "messages[0].name");
+  auto dev = parse_openai_request(R"({"messages":[{"role":"developer","content":"be brief"}]})", true);
+  ASSERT_TRUE(dev.request);
+  EXPECT_EQ(dev.request->spec.messages[0].role, "system");
+  EXPECT_EQ(parse_openai_request(R"({"prompt":"x","tools":[]})", false).error.param, "tools");
+}
+
+TEST(openai, echo_is_parsed_and_refused_with_logprobs) {
+  auto e = parse_openai_request(R"({"prompt":"x","echo":true})", false);
+  ASSERT_TRUE(e.request);
+  EXPECT_TRUE(e.request->echo);
+  auto both = parse_openai_request(R"({"prompt":"x","echo":true,"logprobs":1})", false);
+  EXPECT_EQ(both.error.param, "echo");
+}
+
+// Chat logprobs as OpenAI shapes them: token (U+FFFD for a partial UTF-8 piece), logprob,
+// bytes (exact), top_logprobs; completions: tokens, token_logprobs, top_logprobs, text_offset.
+TEST(openai, logprobs_responses_are_shaped_as_openai) {
+  completion_result r;
+  r.id = "x";
+  r.model = "m";
+  r.logprobs = true;
+  choice_result c0{"hé", "stop", {}};
+  c0.logprobs.push_back({"h", -0.5f, {{"h", -0.5f}, {"H", -1.25f}}});
+  c0.logprobs.push_back({"\xC3", -0.25f, {}});  // the first byte of é
+  choice_result c1{"ho", "length", {}};
+  r.choices = {c0, c1};
+  const auto j = chat_completion_json(r);
+  ASSERT_TRUE(valid_json(j)) << j;
+  simdjson::dom::parser p;
+  auto doc = p.parse(j);
+  ASSERT_EQ(dom_size(doc["choices"]), 2u);
+  EXPECT_EQ(int64_t(doc["choices"].at(1)["index"]), 1);
+  EXPECT_EQ(std::string_view(doc["choices"].at(1)["finish_reason"]), "length");
+  auto content = doc["choices"].at(0)["logprobs"]["content"];
+  EXPECT_EQ(std::string_view(content.at(0)["token"]), "h");
+  EXPECT_DOUBLE_EQ(double(content.at(0)["logprob"]), -0.5);
+  EXPECT_EQ(int64_t(content.at(0)["bytes"].at(0)), 'h');
+  EXPECT_EQ(std::string_view(content.at(0)["top_logprobs"].at(1)["token"]), "H");
+  EXPECT_EQ(std::string_view(content.at(1)["token"]), "\xEF\xBF\xBD");
+  EXPECT_EQ(int64_t(content.at(1)["bytes"].at(0)), 0xC3);
+
+  r.text_offset_base = 3;
+  const auto t = text_completion_json(r);
+  ASSERT_TRUE(valid_json(t)) << t;
+  auto td = p.parse(t);
+  auto lp = td["choices"].at(0)["logprobs"];
+  EXPECT_EQ(std::string_view(lp["tokens"].at(0)), "h");
+  EXPECT_DOUBLE_EQ(double(lp["token_logprobs"].at(1)), -0.25);
+  EXPECT_DOUBLE_EQ(double(lp["top_logprobs"].at(0)["H"]), -1.25);
+  EXPECT_EQ(int64_t(lp["text_offset"].at(0)), 3);
+  EXPECT_EQ(int64_t(lp["text_offset"].at(1)), 4);
+
+  // A streamed chunk carries its choice's index and its tokens' logprobs.
+  std::vector<token_logprob_entry> one{{"o", -0.1f, {}}};
+  chunk_spec cs;
+  cs.index = 1;
+  cs.text = "o";
+  cs.logprobs = &one;
+  auto ch = p.parse(chat_chunk_json(r, cs));
+  EXPECT_EQ(int64_t(ch["choices"].at(0)["index"]), 1);
+  EXPECT_EQ(std::string_view(ch["choices"].at(0)["logprobs"]["content"].at(0)["token"]), "o");
+  // Without logprobs asked, `logprobs` is null.
+  completion_result plain = r;
+  plain.logprobs = false;
+  auto pd = p.parse(chat_completion_json(plain));
+  EXPECT_TRUE(pd["choices"].at(0)["logprobs"].is_null());
 }
 
 TEST(openai, error_json_shape_and_status_mapping) {

@@ -6,9 +6,15 @@
 #include <vector>
 
 #include "net/resume_store.hpp"
+#include "net/ws_protocol.hpp"
 
 using namespace troupe;
 using namespace troupe::net;
+
+namespace {
+// A record keeps each token's text and makes its frame as it hands it out.
+std::string tok(const char* id, int32_t index, const char* text) { return token_frame(id, index, text); }
+}  // namespace
 
 TEST(resume_store, replays_after_index_then_goes_live_without_gaps_or_duplicates) {
   resume_store store(std::chrono::milliseconds(1000), 100);
@@ -26,8 +32,8 @@ TEST(resume_store, replays_after_index_then_goes_live_without_gaps_or_duplicates
   ASSERT_TRUE(rec->attach([&](std::string f, std::function<void()>) { second.push_back(f); }, 0, &tag2));
   rec->add_token(3, "t3");
   rec->finish("done", t, std::chrono::milliseconds(1000));
-  EXPECT_EQ(first, (std::vector<std::string>{"t0", "t1"}));
-  EXPECT_EQ(second, (std::vector<std::string>{"t1", "t2", "t3", "done"}));
+  EXPECT_EQ(first, (std::vector<std::string>{tok("r1", 0, "t0"), tok("r1", 1, "t1")}));
+  EXPECT_EQ(second, (std::vector<std::string>{tok("r1", 1, "t1"), tok("r1", 2, "t2"), tok("r1", 3, "t3"), "done"}));
   EXPECT_EQ(store.sweep(t + std::chrono::milliseconds(500)), 0u);
   EXPECT_TRUE(store.create("", "r1") == nullptr ? false : true) << "an ended id may be reused";
 }
@@ -52,14 +58,14 @@ TEST(resume_store, resume_keys_and_the_displaced_connection) {
   EXPECT_FALSE(rec->attached_to(nullptr));
   rec->add_token(1, "t1");
   rec->finish("done", stream_record::clock::now(), std::chrono::milliseconds(1000));
-  EXPECT_EQ(a, (std::vector<std::string>{"t0", "moved"}));
-  EXPECT_EQ(b, (std::vector<std::string>{"t1", "done"}));
+  EXPECT_EQ(a, (std::vector<std::string>{tok("s1", 0, "t0"), "moved"}));
+  EXPECT_EQ(b, (std::vector<std::string>{tok("s1", 1, "t1"), "done"}));
   // Resuming an ended stream displaces nobody: the holder had its final frame already.
   std::vector<std::string> c;
   int tag_c = 0;
   ASSERT_TRUE(rec->attach([&](std::string f, std::function<void()>) { c.push_back(f); }, 0, &tag_c, "moved"));
-  EXPECT_EQ(b, (std::vector<std::string>{"t1", "done"}));
-  EXPECT_EQ(c, (std::vector<std::string>{"t1", "done"}));
+  EXPECT_EQ(b, (std::vector<std::string>{tok("s1", 1, "t1"), "done"}));
+  EXPECT_EQ(c, (std::vector<std::string>{tok("s1", 1, "t1"), "done"}));
   // Ended but resumable within its window: only its key may take the id over.
   EXPECT_FALSE(store.create("", "s1", "someone-else-entirely"));
   EXPECT_FALSE(store.create("", "s1"));
@@ -88,7 +94,7 @@ TEST(resume_store, resume_from_beyond_the_recorded_tokens_skips_up_to_it) {
   rec->add_token(2, "t2");
   rec->add_token(3, "t3");
   for (auto& w : written) w();
-  EXPECT_EQ(got, (std::vector<std::string>{"t3"}));
+  EXPECT_EQ(got, (std::vector<std::string>{tok("far", 3, "t3")}));
   EXPECT_EQ(acked, 4) << "skipped tokens count as consumed";
 }
 

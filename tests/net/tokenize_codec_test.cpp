@@ -34,6 +34,11 @@ TEST(tokenize_codec, bad_tokenize_bodies_name_the_field) {
   auto flag = parse_tokenize_request(R"({"content":"x","with_pieces":"yes"})");
   ASSERT_FALSE(flag.query);
   EXPECT_EQ(flag.error.param, "with_pieces");
+  auto extra = parse_tokenize_request(R"({"content":"x","pieces":true})");
+  ASSERT_FALSE(extra.query);
+  EXPECT_EQ(extra.error.param, "pieces");
+  EXPECT_NE(extra.error.message.find("unknown field 'pieces'"), std::string::npos);
+  EXPECT_EQ(parse_detokenize_request(R"({"tokens":[1],"x":1})").error.param, "x");
   auto json = parse_tokenize_request("{");
   ASSERT_FALSE(json.query);
   EXPECT_EQ(json.error.code, "invalid_json");

@@ -97,3 +97,29 @@ TEST(ws_protocol, the_cache_field_is_three_way) {
   ASSERT_FALSE(wrong.frame);
   EXPECT_EQ(wrong.error.param, "cache");
 }
+
+// A generate frame takes the OpenAI body's constraint and tool fields, and refuses any field it
+// does not read by name (as the HTTP endpoints do); the other frames too.
+TEST(ws_protocol, generate_takes_constraints_and_tools_and_names_unknown_fields) {
+  auto g = parse_client_frame(
+      R"({"type":"generate","id":"a","messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_object"},
+          "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"required",
+          "logit_bias":{"5":-100}})");
+  ASSERT_TRUE(g.frame) << g.error.message;
+  EXPECT_EQ(g.frame->spec.constraint.kind, "json_object");
+  ASSERT_EQ(g.frame->spec.tools.size(), 1u);
+  EXPECT_EQ(g.frame->spec.tool_choice, "required");
+  ASSERT_EQ(g.frame->spec.sampling.logit_bias.size(), 1u);
+  auto re = parse_client_frame(R"({"type":"generate","id":"a","prompt":"n=","structured_outputs":{"regex":"[0-9]+"}})");
+  ASSERT_TRUE(re.frame) << re.error.message;
+  EXPECT_EQ(re.frame->spec.constraint.kind, "regex");
+  auto unknown = parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","stream":true})");
+  ASSERT_FALSE(unknown.frame);
+  EXPECT_EQ(unknown.error.param, "stream");
+  EXPECT_NE(unknown.error.message.find("unknown field 'stream'"), std::string::npos);
+  EXPECT_EQ(unknown.id, "a");  // the error frame can still name the request
+  EXPECT_EQ(parse_client_frame(R"({"type":"cancel","id":"a","prompt":"x"})").error.param, "prompt");
+  EXPECT_EQ(parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","max_tokens":0})").error.param,
+            "max_tokens");
+  EXPECT_EQ(parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","id":"b"})").error.param, "id");
+}

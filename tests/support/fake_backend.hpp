@@ -95,11 +95,14 @@ class fake_backend final : public model::backend {
       const int32_t end = s.n_past + static_cast<int32_t>(s.tokens.size());
       std::vector<int32_t> hist(static_cast<size_t>(end));
       for (int32_t p = 0; p < end; ++p) hist[static_cast<size_t>(p)] = at(s, p);
-      const int32_t next = fake_next(o_, hist.data(), hist.size());
-      out.seq_ids.push_back(s.seq_id);
-      const size_t base = out.data.size();
-      out.data.resize(base + static_cast<size_t>(o_.n_vocab), 0.0f);
-      out.data[base + static_cast<size_t>(next)] = 10.0f;
+      // One row for each of the last n_logits positions (speculative verification).
+      for (int32_t row_end = end - s.n_logits + 1; row_end <= end; ++row_end) {
+        const int32_t next = fake_next(o_, hist.data(), static_cast<size_t>(row_end));
+        out.seq_ids.push_back(s.seq_id);
+        const size_t base = out.data.size();
+        out.data.resize(base + static_cast<size_t>(o_.n_vocab), 0.0f);
+        out.data[base + static_cast<size_t>(next)] = 10.0f;
+      }
     }
     tokens_ += b.n_tokens();
     return out;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <random>
 #include <thread>
 
@@ -274,4 +275,60 @@ TEST(executor_state, samples_in_the_backend_when_it_can) {
   p.entries[2].sampling.repetition_penalty = 1.0f;
   r = ex.run(p);
   EXPECT_EQ(r.error, "device lost");
+}
+
+// Structured outputs: random logits, a constraint, and every sampled token keeps the output a
+// valid prefix until the only choice left is the end; a second executor with no memory of the
+// sequence rebuilds its matcher from the tokens the step carries.
+TEST(executor_state, constrained_rows_only_sample_allowed_tokens_and_end_when_complete) {
+  auto codec = make_byte_codec(1000, 256);
+  const structured::constraint_spec spec{structured::kind::regex, "(yes|no|maybe)-[0-9]{2}"};
+  for (int seed = 0; seed < 20; ++seed) {
+    executor_state ex(std::make_unique<random_logits>(), codec);
+    std::vector<int32_t> out;
+    int32_t n_past = 0;
+    for (int step = 0; step < 40; ++step) {
+      step_plan p;
+      p.step = static_cast<uint64_t>(step + 1);
+      auto e = entry(1, step == 0 ? std::vector<int32_t>{'Q', ':'} : std::vector<int32_t>{out.back()}, n_past);
+      e.sampling.temperature = 1.0f;
+      e.sampling.seed = static_cast<uint64_t>(seed);
+      e.constraint = spec;
+      e.n_generated = static_cast<int64_t>(out.size());
+      e.generated = out;
+      n_past += static_cast<int32_t>(e.tokens.size());
+      p.entries.push_back(e);
+      auto r = ex.run(p);
+      ASSERT_EQ(r.samples.size(), 1u);
+      ASSERT_TRUE(r.samples[0].error.empty()) << r.samples[0].error;
+      if (r.samples[0].token == 256) break;
+      out.push_back(r.samples[0].token);
+      if (step == 3) ex = executor_state(std::make_unique<random_logits>(), codec);  // forgets: rebuilt from `generated`
+    }
+    std::string text;
+    for (auto t : out) {
+      ASSERT_LT(t, 256) << "only byte tokens spell the regex";
+      text += static_cast<char>(t);
+    }
+    EXPECT_TRUE(text == "yes-" + text.substr(4) || text.rfind("no-", 0) == 0 || text.rfind("maybe-", 0) == 0) << text;
+    ASSERT_GE(text.size(), 5u);
+    const std::string digits = text.substr(text.find('-') + 1);
+    EXPECT_EQ(digits.size(), 2u) << text;
+    EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(digits[0])) && std::isdigit(static_cast<unsigned char>(digits[1]))) << text;
+  }
+}
+
+TEST(executor_state, a_constrained_row_without_a_codec_fails_by_name_and_others_go_on) {
+  executor_state ex(std::make_unique<random_logits>());
+  step_plan p;
+  p.step = 1;
+  auto a = entry(1, {'a'}, 0);
+  a.constraint = {structured::kind::json_object, ""};
+  p.entries.push_back(a);
+  p.entries.push_back(entry(2, {'b'}, 0));
+  auto r = ex.run(p);
+  ASSERT_EQ(r.samples.size(), 2u);
+  EXPECT_EQ(r.samples[0].token, -1);
+  EXPECT_NE(r.samples[0].error.find("structured outputs"), std::string::npos) << r.samples[0].error;
+  EXPECT_GE(r.samples[1].token, 0);
 }

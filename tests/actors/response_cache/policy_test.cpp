@@ -41,6 +41,28 @@ TEST(response_cache_policy, query_of_an_admitted_chat_splits_its_messages) {
   EXPECT_EQ(q.max_tokens, 4);
   EXPECT_EQ(q.stop, chat.stop);
   EXPECT_EQ(q.eog, d.request.eog);
+  EXPECT_EQ(q.tenant, d.request.tenant);
+  EXPECT_FALSE(q.share_across_tenants);  // scoped by default
+  EXPECT_TRUE(query_of(d.request, true).share_across_tenants);
+}
+
+TEST(response_cache_policy, query_of_carries_the_tenant_and_the_constraint) {
+  admission_state a(acfg(), make_byte_codec());
+  request_spec chat;
+  chat.messages = {{"user", "Capital of France?"}};
+  chat.max_tokens = 4;
+  chat.tenant = "alice";
+  auto d = a.admit(chat, 0);
+  ASSERT_TRUE(d.ok) << d.error.message;
+  d.request.constraint = {"json_object", ""};  // what admission passes on of request_spec::constraint
+  const auto q = query_of(d.request);
+  EXPECT_EQ(q.tenant, "alice");
+  EXPECT_EQ(q.constraint_kind, "json_object");
+  // The two tenants' keys differ; shared, they are one.
+  auto b = d.request;
+  b.tenant = "bob";
+  EXPECT_NE(cache::context_fingerprint(query_of(d.request)), cache::context_fingerprint(query_of(b)));
+  EXPECT_EQ(cache::context_fingerprint(query_of(d.request, true)), cache::context_fingerprint(query_of(b, true)));
 }
 
 TEST(response_cache_policy, query_of_a_raw_prompt_or_tokens) {

@@ -597,3 +597,171 @@ TEST(policy_registry, duplicate_unknown_and_options) {
   // A program's own policy is added the same way; a taken name is refused.
   EXPECT_FALSE(g.add("fcfs", f).ok());
 }
+
+// --- Speculative decoding (scheduler_config::speculative) ------------------------------------
+
+namespace {
+
+scheduler_config spec_cfg(const std::string& method, int32_t k = 4, int32_t ngram_min = 1, int32_t max_batch = 0) {
+  auto c = cfg(/*budget*/ 256, /*seqs*/ 16);
+  c.speculative.method = method;
+  c.speculative.k = k;
+  c.speculative.ngram_min = ngram_min;
+  c.speculative.ngram_max = 3;
+  c.speculative.max_batch = max_batch;
+  return c;
+}
+
+// A copy-heavy text: the fake model repeats a 9-token script (the token after n tokens is
+// script[(n - 1) % 9]), so after a prompt holding the script the next tokens can be looked up.
+fake_options copying(std::vector<int32_t> script = {40, 41, 42, 43, 44, 45, 46, 47, 48}) {
+  fake_options fo;
+  fo.n_blocks = 512;
+  fo.script = std::move(script);
+  return fo;
+}
+
+std::vector<int32_t> repeated(const std::vector<int32_t>& script, size_t n) {
+  std::vector<int32_t> p;
+  for (size_t i = 0; i < n; ++i) p.push_back(script[i % script.size()]);
+  return p;
+}
+
+}  // namespace
+
+// Greedy outputs with ngram speculation are those without it, token for token, at batch 1 and
+// 16, on copy-heavy and on hash (unpredictable) texts; guesses were accepted where the text is
+// predictable, the KV accounting is back to idle, and the usage counts what was proposed.
+TEST(scheduler_state, ngram_speculation_keeps_outputs_and_returns_kv_to_idle) {
+  for (bool copy : {true, false})
+    for (uint64_t batch : {uint64_t{1}, uint64_t{16}}) {
+      fake_options fo = copy ? copying() : fake_options{};
+      fo.n_blocks = 512;
+      fo.eog_every = copy ? 0 : 9;
+      harness plain(fo, spec_cfg("off")), spec(fo, spec_cfg("ngram"));
+      for (uint64_t i = 1; i <= batch; ++i) {
+        auto p = copy ? repeated(fo.script, 10 + i) : prompt_of(static_cast<uint32_t>(i), 12);
+        if (!copy) p.insert(p.end(), p.begin(), p.end());  // something to look up, though the text will not follow it
+        plain.sched.enqueue(req(i, p, 40), plain.now);
+        spec.sched.enqueue(req(i, p, 40), spec.now);
+      }
+      plain.run();
+      spec.run();
+      const std::string what = std::string(copy ? "copy-heavy" : "hash") + " batch " + std::to_string(batch);
+      int64_t proposed = 0, accepted = 0;
+      for (uint64_t i = 1; i <= batch; ++i) {
+        EXPECT_EQ(spec.tokens[i], plain.tokens[i]) << what << " request " << i;
+        ASSERT_TRUE(spec.finished.count(i)) << what;
+        EXPECT_EQ(spec.finished[i].reason, plain.finished[i].reason) << what;
+        EXPECT_EQ(spec.finished[i].usage.completion_tokens, plain.finished[i].usage.completion_tokens);
+        EXPECT_EQ(plain.finished[i].usage.speculative_proposed, 0);
+        proposed += spec.finished[i].usage.speculative_proposed;
+        accepted += spec.finished[i].usage.speculative_accepted;
+      }
+      EXPECT_EQ(spec.sched.stats().spec_proposed, proposed) << what;
+      EXPECT_EQ(spec.sched.stats().spec_accepted, accepted) << what;
+      if (copy) {
+        EXPECT_GT(accepted, proposed / 2) << what;
+        EXPECT_LT(spec.plans.size() * 2, plain.plans.size()) << what << ": speculation saved no steps";
+      }
+      EXPECT_TRUE(spec.sched.empty()) << what;
+      EXPECT_EQ(spec.sched.kv().pool().available(), fo.n_blocks) << what;
+      EXPECT_EQ(spec.sched.kv().usage().blocks_used, 0) << what;
+    }
+}
+
+// A step that accepts several tokens still ends the request at max_tokens (no token past it)
+// and at an end-of-generation token (none after it), though the guesses reached past both.
+TEST(scheduler_state, speculation_ends_at_max_tokens_and_at_eog_inside_an_accepted_run) {
+  {
+    auto fo = copying();
+    harness h(fo, spec_cfg("ngram", /*k*/ 8));
+    auto p = repeated(fo.script, 20);
+    h.sched.enqueue(req(1, p, 7), h.now);
+    h.run();
+    EXPECT_EQ(h.tokens[1], fake_reference(fo, p, 7));
+    EXPECT_EQ(h.finished[1].reason, finish::length);
+    EXPECT_GT(h.finished[1].usage.speculative_accepted, 0);
+    for (const auto& plan : h.plans)
+      for (const auto& e : plan.entries) EXPECT_LE(e.proposal.size(), 6u);  // 7 - 1 generated first
+    EXPECT_EQ(h.sched.kv().pool().available(), fo.n_blocks);
+  }
+  {
+    auto fo = copying({10, 11, 12, 13, 14, 15, 256, 16, 17});
+    harness h(fo, spec_cfg("ngram", /*k*/ 6));
+    auto p = repeated(fo.script, 18);
+    h.sched.enqueue(req(1, p, 40), h.now);
+    h.run();
+    const auto ref = fake_reference(fo, p, 40);
+    ASSERT_LT(ref.size(), 40u);
+    EXPECT_EQ(h.tokens[1], ref);
+    EXPECT_EQ(h.finished[1].reason, finish::stop);
+    bool eog_proposed = false;
+    for (const auto& plan : h.plans)
+      for (const auto& e : plan.entries)
+        eog_proposed = eog_proposed || std::find(e.proposal.begin(), e.proposal.end(), 256) != e.proposal.end();
+    EXPECT_TRUE(eog_proposed) << "the test meant the guesses to run past the end";
+    EXPECT_EQ(h.sched.kv().pool().available(), fo.n_blocks);
+  }
+}
+
+// A request chooses its own method ("off" overrides the server's); an unknown one fails at once,
+// naming the known ones. Above max_batch running sequences nobody speculates.
+TEST(scheduler_state, speculation_per_request_and_above_the_batch_bound) {
+  auto fo = copying();
+  harness h(fo, spec_cfg("ngram", 4, 1, /*max_batch*/ 2));
+  auto p = repeated(fo.script, 12);
+  auto off = req(1, p, 30);
+  off.speculative = "off";
+  auto bad = req(2, p, 30);
+  bad.speculative = "eagle";
+  h.sched.enqueue(off, h.now);
+  h.sched.enqueue(bad, h.now);
+  h.run();
+  EXPECT_EQ(h.tokens[1], fake_reference(fo, p, 30));
+  EXPECT_EQ(h.finished[1].usage.speculative_proposed, 0);
+  ASSERT_TRUE(h.failed.count(2));
+  EXPECT_EQ(h.failed[2].code, errc::invalid_request);
+  EXPECT_NE(h.failed[2].message.find("'eagle'"), std::string::npos) << h.failed[2].message;
+  EXPECT_NE(h.failed[2].message.find("ngram"), std::string::npos) << h.failed[2].message;
+
+  harness many(fo, spec_cfg("ngram", 4, 1, /*max_batch*/ 2));
+  for (uint64_t i = 1; i <= 4; ++i) many.sched.enqueue(req(i, p, 30), many.now);
+  many.run();
+  for (const auto& plan : many.plans) {
+    size_t proposing = 0;
+    for (const auto& e : plan.entries) proposing += e.proposal.empty() ? 0 : 1;
+    if (plan.entries.size() > 2) EXPECT_EQ(proposing, 0u) << "step " << plan.step;
+  }
+  for (uint64_t i = 1; i <= 4; ++i) EXPECT_EQ(many.tokens[i], fake_reference(fo, p, 30)) << i;
+}
+
+// Guesses that keep failing stop being made: after the rolling acceptance falls below
+// min_acceptance the request decodes plainly for probe_steps steps, then probes once more.
+TEST(scheduler_state, speculation_backs_off_when_guesses_fail) {
+  // After the prompt 40 41 42 the text goes 40 41 50, 40 41 51, 40 41 52, ...: each time the tail
+  // 40 41 comes back, the history guesses what followed it last time, and is wrong.
+  fake_options fo;
+  fo.n_blocks = 512;
+  fo.script = {0, 0};
+  for (int32_t i = 0; i < 12; ++i) fo.script.insert(fo.script.end(), {40, 41, 50 + i});
+  const std::vector<int32_t> p = {40, 41, 42};
+  auto tries = [&](double min_acceptance) {
+    auto c = spec_cfg("ngram", 4, 2);
+    c.speculative.min_acceptance = min_acceptance;
+    c.speculative.probe_steps = 10;
+    harness h(fo, c);
+    h.sched.enqueue(req(1, p, 33), h.now);
+    h.run();
+    EXPECT_EQ(h.tokens[1], fake_reference(fo, p, 33));
+    EXPECT_EQ(h.finished[1].usage.speculative_accepted, 0);
+    int n = 0;
+    for (const auto& plan : h.plans) n += plan.entries[0].proposal.empty() ? 0 : 1;
+    return n;
+  };
+  const int always = tries(0.0), backing_off = tries(0.5);
+  EXPECT_GE(always, 8);
+  // Two failures bring the rolling rate (0.7 per step) under 0.5; then one probe per 10 steps.
+  EXPECT_GE(backing_off, 2);
+  EXPECT_LE(backing_off, 4);
+}

@@ -89,3 +89,27 @@ TEST(exact_cache, evicts_least_recently_used) {
   EXPECT_NE(c.lookup(areq(12, {1})), nullptr);
   EXPECT_EQ(c.stats().entries, 2);
 }
+
+TEST(exact_cache, entries_are_scoped_to_the_tenant_unless_shared) {
+  for (bool share : {false, true}) {
+    exact_cache c({true, 8});
+    auto a = areq(1, {1, 2, 3});
+    a.tenant = "alice";
+    a.share_across_tenants = share;
+    ASSERT_EQ(c.lookup(a), nullptr);
+    c.on_closed(closed(1, {7, 8}, "stop"));
+    auto b = areq(2, {1, 2, 3});
+    b.tenant = "bob";
+    b.share_across_tenants = share;
+    EXPECT_EQ(c.lookup(b) != nullptr, share) << "share_across_tenants " << share;
+    auto again = areq(3, {1, 2, 3});
+    again.tenant = "alice";
+    again.share_across_tenants = share;
+    EXPECT_NE(c.lookup(again), nullptr);
+    // An answer made under a structured-output constraint serves only that constraint.
+    auto constrained = again;
+    constrained.id = 4;
+    constrained.constraint_kind = "json_object";
+    EXPECT_EQ(c.lookup(constrained), nullptr);
+  }
+}

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <filesystem>
+#include <cstdlib>
+#include <unistd.h>
 
 #include "cache/embed/hashed_ngram_embedder.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -203,6 +206,86 @@ TEST(SemanticCache, ModelsPersonasAndParametersNeverShareAnswers) {
   EXPECT_TRUE(c->lookup(fixture::ask(seeded, q, "You are a pirate.")).has_value());
 }
 
+// Tenant B asking A's question, word for word or paraphrased, misses by default and hits when
+// the cache is shared across tenants.
+TEST(SemanticCache, EntriesAreScopedToTheTenantUnlessShared) {
+  const std::string q = "What is the capital of France?";
+  const std::string paraphrase = "what is the capital city of France";
+  for (bool share : {false, true}) {
+    fixture f;
+    auto c = f.open();
+    auto as = [&](const std::string& tenant) {
+      auto r = f.request();
+      r.tenant = tenant;
+      r.share_across_tenants = share;
+      return r;
+    };
+    auto a = as("alice");
+    ASSERT_FALSE(c->lookup(fixture::ask(a, q)).has_value());
+    c->on_closed(fixture::answer(a.id, {1, 2}));
+    ASSERT_TRUE(c->lookup(fixture::ask(as("alice"), paraphrase)).has_value());  // her own paraphrase
+    auto exact = c->lookup(fixture::ask(as("bob"), q));
+    auto similar = c->lookup(fixture::ask(as("bob"), paraphrase));
+    EXPECT_EQ(exact.has_value(), share) << "share_across_tenants " << share;
+    EXPECT_EQ(similar.has_value(), share) << "share_across_tenants " << share;
+    if (share) {
+      EXPECT_TRUE(exact->exact);
+      EXPECT_FALSE(similar->exact);
+    }
+  }
+}
+
+// Records stored before tenants were keyed carry a shared fingerprint: after a restart they serve
+// shared lookups, never a scoped one (not even of a tenant that has no name).
+TEST(SemanticCache, RecordsWithoutATenantNeverMatchAScopedLookup) {
+  fixture f;
+  const std::string q = "What is the capital of France?";
+  {
+    auto c = f.open();
+    auto old = f.request();
+    old.share_across_tenants = true;  // the key an older version stored
+    ASSERT_FALSE(c->lookup(fixture::ask(old, q)).has_value());
+    c->on_closed(fixture::answer(old.id, {1, 2}));
+  }
+  auto c = f.open();
+  ASSERT_EQ(c->stats().entries, 1);
+  for (const char* tenant : {"", "default", "alice"}) {
+    auto r = f.request();
+    r.tenant = tenant;
+    EXPECT_FALSE(c->lookup(fixture::ask(r, q)).has_value()) << tenant;
+    EXPECT_FALSE(c->lookup(fixture::ask(r, "what is the capital city of France")).has_value()) << tenant;
+  }
+  auto shared = f.request();
+  shared.tenant = "alice";
+  shared.share_across_tenants = true;
+  EXPECT_TRUE(c->lookup(fixture::ask(shared, q)).has_value());
+}
+
+TEST(SemanticCache, AConstrainedRequestOnlyHitsAnswersMadeUnderTheSameConstraint) {
+  fixture f;
+  auto c = f.open();
+  const std::string q = "List three colours";
+  f.teach(*c, q, {1, 2});  // unconstrained
+  auto json = f.request();
+  json.constraint_kind = "json_schema";
+  json.constraint_source = R"({"type":"array","items":{"type":"string"}})";
+  EXPECT_FALSE(c->lookup(fixture::ask(json, q)).has_value());
+  c->on_closed(fixture::answer(json.id, {9}));
+  auto again = f.request();
+  again.constraint_kind = json.constraint_kind;
+  again.constraint_source = json.constraint_source;
+  auto hit = c->lookup(fixture::ask(again, q));
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, (std::vector<int32_t>{9}));
+  auto other = f.request();
+  other.constraint_kind = "regex";
+  other.constraint_source = "[a-z]+";
+  EXPECT_FALSE(c->lookup(fixture::ask(other, q)).has_value());
+  auto plain = c->lookup(fixture::ask(f.request(), q));
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(plain->tokens, (std::vector<int32_t>{1, 2}));
+}
+
 TEST(SemanticCache, OnlyNormallyFinishedMissesAreStored) {
   fixture f;
   auto c = f.open();
@@ -354,6 +437,50 @@ TEST(SemanticCache, AnUnusableStoreDisablesTheCacheAndSaysWhy) {
   semantic_cache none(off);
   EXPECT_FALSE(none.enabled());
   EXPECT_EQ(none.status(), "disabled in the config");
+}
+
+// A full disk (a small tmpfs, mounted here when the tests run as root): the write that fails turns
+// the cache off with the reason in status() (what /health shows); lookups are misses from then
+// on and nothing throws.
+// DISABLED: it reproduces an open defect. Debian's librocksdb 7.8 is built with assertions, and a
+// WAL write that hits ENOSPC aborts the process inside RocksDB (WritableFileWriter::
+// AssertFalseAndGetStatusForPrevError, `sync_without_flush_called_`) before put() can return its
+// error, with or without sync_writes. Enable it once the store guards against a full disk.
+TEST(SemanticCache, DISABLED_AWriteErrorTurnsTheCacheOffAndSaysWhy) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs (a full disk) needs root";
+  fixture f;
+  const std::string mnt = f.dir.str("small");
+  std::filesystem::create_directories(mnt);
+  const std::string cmd = "mount -t tmpfs -o size=4m tmpfs " + mnt + " 2>/dev/null";
+  if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "cannot mount a tmpfs here (a container without the capability)";
+  struct unmount {
+    std::string at;
+    ~unmount() { (void)std::system(("umount " + at).c_str()); }
+  } guard{mnt};
+  f.cfg.path = mnt + "/db";
+  auto c = f.open();
+  ASSERT_TRUE(c->enabled()) << c->status();
+  f.teach(*c, "What is the capital of France?", {1, 2});
+  ASSERT_EQ(c->stats().stores, 1);
+  // Fill the disk, then offer an answer too large for what is left.
+  {
+    std::ofstream fill(mnt + "/filler", std::ios::binary);
+    const std::string block(64 * 1024, 'x');
+    for (int i = 0; i < 64 && fill.write(block.data(), block.size()); ++i) fill.flush();
+  }
+  auto r = f.request();
+  ASSERT_FALSE(c->lookup(fixture::ask(r, "How many legs does a spider have?")).has_value());
+  c->on_closed(fixture::answer(r.id, std::vector<int32_t>(200000, 7)));
+  EXPECT_FALSE(c->enabled());
+  EXPECT_NE(c->status().find("disabled: a write failed"), std::string::npos) << c->status();
+  const auto st = c->stats();
+  EXPECT_FALSE(st.enabled);
+  EXPECT_GE(st.store_failures, 1);
+  EXPECT_EQ(st.stores, 1);
+  // Off: every lookup is a miss, the stored answer included; closes are ignored.
+  EXPECT_FALSE(c->lookup(fixture::ask(f.request(), "What is the capital of France?")).has_value());
+  c->on_closed(fixture::answer(r.id, {1}));
+  c.reset();  // closes without throwing on the full disk
 }
 
 TEST(SemanticCache, WithoutAWorkingEmbedderTheExactPathStillServes) {

@@ -1,0 +1,61 @@
+#include "actors/admission/tool_prompt.hpp"
+
+namespace troupe::actors {
+
+result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_format f) {
+  tool_prompt out;
+  const bool offered = !spec.tools.empty() && spec.tool_choice != tool_choice::none;
+  if (!spec.tools.empty() && spec.messages.empty())
+    return make_error("'tools' need a chat request ('messages')");
+  std::vector<structured::tool_def> defs;
+  defs.reserve(spec.tools.size());
+  for (const auto& t : spec.tools) defs.push_back({t.name, t.description, t.parameters});
+
+  if (spec.tool_choice == tool_choice::required || spec.tool_choice == tool_choice::function) {
+    if (spec.tools.empty()) return make_error("'tool_choice' \"" + spec.tool_choice + "\" needs 'tools'");
+    if (!spec.constraint.empty())
+      return make_error("'tool_choice' forces a call, which cannot be combined with a structured output ('" +
+                        spec.constraint.kind + "')");
+    auto g = structured::calls_grammar(f, defs, spec.tool_choice == tool_choice::function ? spec.tool_choice_name : "");
+    if (!g) return make_error(g.error());
+    out.constraint = {structured::kind::grammar, std::move(*g)};
+  } else if (spec.tool_choice != tool_choice::automatic && spec.tool_choice != tool_choice::none) {
+    return make_error("'tool_choice' must be \"auto\", \"none\", \"required\" or a function, not \"" + spec.tool_choice + "\"");
+  }
+
+  bool system_done = false;
+  const std::string offer = offered ? structured::tools_prompt(f, defs) : std::string();
+  for (size_t i = 0; i < spec.messages.size(); ++i) {
+    const auto& m = spec.messages[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    chat_message c;
+    if (m.role == "tool") {
+      if (m.tool_call_id.empty() && f != structured::tool_format::llama3)
+        return make_error("'" + at + ".tool_call_id' is required in a tool message");
+      c.role = structured::tool_result_role(f);
+      c.content = structured::tool_result_text(f, m.content);
+      // Consecutive tool results are one turn, as the templates write them.
+      if (!out.messages.empty() && i > 0 && spec.messages[i - 1].role == "tool" && out.messages.back().role == c.role) {
+        out.messages.back().content += "\n" + c.content;
+        continue;
+      }
+    } else if (m.role == "assistant" && !m.tool_calls.empty()) {
+      std::vector<structured::function_call> calls;
+      for (const auto& tc : m.tool_calls) calls.push_back({tc.name, tc.arguments});
+      c.role = "assistant";
+      c.content = m.content.empty() ? structured::calls_text(f, calls) : m.content + "\n" + structured::calls_text(f, calls);
+    } else {
+      c.role = m.role;
+      c.content = m.content;
+      if (m.role == "system" && !system_done && offered) {
+        c.content += "\n\n" + offer;
+        system_done = true;
+      }
+    }
+    out.messages.push_back(std::move(c));
+  }
+  if (offered && !system_done) out.messages.insert(out.messages.begin(), chat_message{"system", offer, {}, {}, {}});
+  return out;
+}
+
+}  // namespace troupe::actors

@@ -1,0 +1,68 @@
+#pragma once
+// Speculative decoding's proposers: each guesses the next tokens of a sequence from tokens it
+// has seen, without running the model. The scheduler feeds [last token, guesses...] as one chunk;
+// the executor checks every guess against the model's own choice at that position and keeps the
+// longest prefix that matches, plus the model's next token. A proposer only decides how many
+// tokens a step may yield, never which ones: the output is the same with any of them, or none.
+//
+// Chosen by name from proposer_registry() like the scheduling policies (policies/): "ngram"
+// (prompt lookup, ngram.cpp). "off" is no proposer.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/named_registry.hpp"
+#include "common/result.hpp"
+
+namespace troupe::actors {
+
+// The [speculative] section (config/reference.toml documents each key).
+struct speculative_config {
+  std::string method = "off";     // "off" or a name in proposer_registry(); a request may choose another
+  int32_t k = 4;                  // most tokens proposed in one step
+  int32_t ngram_min = 2;          // ngram: the shortest suffix of the sequence to look up
+  int32_t ngram_max = 4;          // ngram: the longest (tried first)
+  // A request whose rolling acceptance (accepted / proposed, over its recent proposals) falls
+  // below this stops proposing for probe_steps decode steps, then tries again.
+  double min_acceptance = 0.3;
+  int32_t probe_steps = 32;
+  // Nobody speculates in a step with more decoding sequences than this: a large batch is
+  // compute-bound, where verified positions cost real time. 0: no bound.
+  int32_t max_batch = 8;
+};
+
+inline bool operator==(const speculative_config& a, const speculative_config& b) {
+  return a.method == b.method && a.k == b.k && a.ngram_min == b.ngram_min && a.ngram_max == b.ngram_max &&
+         a.min_acceptance == b.min_acceptance && a.probe_steps == b.probe_steps && a.max_batch == b.max_batch;
+}
+
+class proposer {
+ public:
+  virtual ~proposer() = default;
+  virtual std::string name() const = 0;
+  // Up to max_k tokens guessed to follow `context` (the request's prompt, then its output so
+  // far); fewer or none where it has no good guess.
+  virtual std::vector<int32_t> propose(uint64_t seq, const std::vector<int32_t>& context, int32_t max_k) = 0;
+  // The sequence ended (or was dropped) with these tokens: a proposer that learns across
+  // requests keeps what it wants of them; per-sequence state is forgotten.
+  virtual void on_end(uint64_t seq, const std::vector<int32_t>& context) {
+    (void)seq;
+    (void)context;
+  }
+};
+
+using proposer_factory = std::function<result<std::unique_ptr<proposer>>(const speculative_config&)>;
+
+// The process-wide registry of proposers, holding the built-ins from its first use.
+named_registry<proposer_factory>& proposer_registry();
+
+// Checks a [speculative] section: ranges, and a method that is "off" or registered.
+status check_speculative_config(const speculative_config& c);
+
+namespace proposers {
+void add_ngram(named_registry<proposer_factory>& r);
+}  // namespace proposers
+
+}  // namespace troupe::actors

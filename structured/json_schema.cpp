@@ -1,0 +1,724 @@
+#include "structured/json_schema.hpp"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "structured/regex.hpp"
+
+namespace troupe::structured {
+
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+
+constexpr int any_value_depth = 8;
+constexpr int64_t max_enumerated_integers = 1000;
+
+const std::set<std::string_view>& annotations() {
+  static const std::set<std::string_view> s = {"description", "title",    "default",   "examples", "$schema",
+                                               "$id",         "$comment", "deprecated", "readOnly", "writeOnly"};
+  return s;
+}
+const std::set<std::string_view>& supported() {
+  static const std::set<std::string_view> s = {
+      "type",     "properties", "required",  "additionalProperties", "enum",      "const",   "items",
+      "prefixItems", "minItems", "maxItems", "anyOf",     "oneOf",   "allOf",     "$ref",    "$defs",
+      "definitions", "minLength", "maxLength", "format",   "pattern", "minimum",   "maximum", "exclusiveMinimum",
+      "exclusiveMaximum", "minProperties", "maxProperties"};
+  return s;
+}
+
+std::string escape_pointer(std::string_view key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+std::string sanitize(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    out += ok ? c : '-';
+  }
+  if (out.size() > 40) out.resize(40);
+  return out;
+}
+
+// json.dumps' default layout of a value (enum and const values are generated verbatim).
+std::string dump(element e) {
+  switch (e.type()) {
+    case element_type::OBJECT: {
+      std::string out = "{";
+      bool first = true;
+      // A named handle: iterating the temporary result's value would dangle.
+      const simdjson::dom::object fields = e.get_object().value_unsafe();
+      for (auto field : fields) {
+        if (!first) out += ", ";
+        first = false;
+        // json.dumps escapes a key as it escapes any string.
+        std::string key = "\"";
+        for (char c : field.key) {
+          const auto u = static_cast<unsigned char>(c);
+          if (c == '"' || c == '\\') {
+            key += '\\';
+            key += c;
+          } else if (u < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", u);
+            key += buf;
+          } else {
+            key += c;
+          }
+        }
+        out += key + "\": " + dump(field.value);
+      }
+      return out + "}";
+    }
+    case element_type::ARRAY: {
+      std::string out = "[";
+      bool first = true;
+      const simdjson::dom::array values = e.get_array().value_unsafe();
+      for (auto v : values) {
+        if (!first) out += ", ";
+        first = false;
+        out += dump(v);
+      }
+      return out + "]";
+    }
+    default:
+      return simdjson::minify(e);
+  }
+}
+
+struct prop {
+  std::string name;
+  element schema;
+  std::string pointer;
+  bool required = false;
+};
+
+class generator {
+ public:
+  explicit generator(std::string root) : root_(std::move(root)) {}
+
+  result<std::string> run(std::string_view text) {
+    text_ = simdjson::padded_string(text);
+    if (auto e = parser_.parse(text_).get(doc_); e)
+      return make_error(std::string("json_schema: not valid JSON: ") + simdjson::error_message(e));
+    std::string body;
+    if (auto st = visit(doc_, "", root_, body); !st) return make_error(st.error());
+    return emit(body);
+  }
+
+  std::string any_object() {
+    need_any(0);
+    return emit(any_object_rule(0));
+  }
+
+ private:
+  std::string root_;
+  simdjson::padded_string text_;
+  simdjson::dom::parser parser_;
+  element doc_;
+  std::vector<std::pair<std::string, std::string>> rules_;  // helpers, in creation order
+  std::set<std::string> names_;
+  std::map<std::string, std::string> refs_;  // pointer -> rule
+  int any_depth_made_ = -1;
+
+  std::string emit(const std::string& root_body) const {
+    std::string out = root_ + " ::= " + root_body + "\n";
+    for (const auto& [n, b] : rules_) out += n + " ::= " + b + "\n";
+    return out;
+  }
+
+  static std::string where(const std::string& ptr) { return ptr.empty() ? "/" : ptr; }
+  static status fail(const std::string& what, const std::string& ptr) {
+    return make_error("json_schema: " + what + " at " + where(ptr));
+  }
+
+  std::string fresh(const std::string& hint) {
+    std::string base = root_ + "-" + hint;
+    std::string name = base;
+    for (int i = 2; names_.count(name) || name == root_; ++i) name = base + std::to_string(i);
+    names_.insert(name);
+    return name;
+  }
+  // A rule with a fixed name made once (the shared building blocks).
+  std::string common(const std::string& hint, const std::string& body) {
+    const std::string name = root_ + "-" + hint;
+    if (!names_.count(name)) {
+      names_.insert(name);
+      rules_.emplace_back(name, body);
+    }
+    return name;
+  }
+  std::string add(const std::string& hint, const std::string& body) {
+    const std::string name = fresh(hint);
+    rules_.emplace_back(name, body);
+    return name;
+  }
+
+  std::string str_char() {
+    return common("char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})");
+  }
+  std::string string_rule() { return common("string", "\"\\\"\" " + str_char() + "* \"\\\"\""); }
+  std::string integer_rule() { return common("integer", "\"-\"? (\"0\" | [1-9] [0-9]{0,15})"); }
+  std::string number_rule() {
+    return common("number", "\"-\"? (\"0\" | [1-9] [0-9]{0,15}) (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,3})?");
+  }
+  std::string boolean_rule() { return common("boolean", "\"true\" | \"false\""); }
+
+  // value-d: any JSON value at nesting depth d (scalars only at the deepest level).
+  std::string any_object_rule(int d) { return root_ + "-object-d" + std::to_string(d); }
+  std::string any_value_rule(int d) {
+    need_any(d);
+    return root_ + "-value-d" + std::to_string(d);
+  }
+  void need_any(int d) {
+    for (int k = any_value_depth; k >= d; --k) {
+      const std::string v = root_ + "-value-d" + std::to_string(k);
+      if (names_.count(v)) continue;
+      names_.insert(v);
+      std::string scalars = string_rule() + " | " + number_rule() + " | " + boolean_rule() + " | \"null\"";
+      if (k == any_value_depth) {
+        rules_.emplace_back(v, scalars);
+        continue;
+      }
+      const std::string next = root_ + "-value-d" + std::to_string(k + 1);
+      const std::string obj = any_object_rule(k), arr = root_ + "-array-d" + std::to_string(k);
+      names_.insert(obj);
+      names_.insert(arr);
+      const std::string kv = string_rule() + " \": \" " + next;
+      rules_.emplace_back(obj, "\"{\" (" + kv + " (\", \" " + kv + ")*)? \"}\"");
+      rules_.emplace_back(arr, "\"[\" (" + next + " (\", \" " + next + ")*)? \"]\"");
+      rules_.emplace_back(v, obj + " | " + arr + " | " + scalars);
+    }
+  }
+
+  status resolve(const std::string& ref, const std::string& ptr, element& out) {
+    if (ref.empty() || ref[0] != '#') return fail("only local $ref (\"#/...\") is supported, got '" + ref + "'", ptr);
+    element cur = doc_;
+    size_t p = 1;
+    while (p < ref.size()) {
+      if (ref[p] != '/') return fail("malformed $ref '" + ref + "'", ptr);
+      size_t q = ref.find('/', p + 1);
+      if (q == std::string::npos) q = ref.size();
+      std::string key;
+      for (size_t i = p + 1; i < q; ++i) {
+        if (ref[i] == '~' && i + 1 < q) {
+          key += ref[i + 1] == '1' ? '/' : '~';
+          ++i;
+        } else {
+          key += ref[i];
+        }
+      }
+      element next;
+      if (cur.type() == element_type::OBJECT) {
+        if (cur.get_object().value_unsafe().at_key(key).get(next)) return fail("$ref '" + ref + "' names nothing", ptr);
+      } else if (cur.type() == element_type::ARRAY) {
+        size_t idx = 0;
+        try {
+          idx = std::stoul(key);
+        } catch (...) {
+          return fail("$ref '" + ref + "' names nothing", ptr);
+        }
+        if (cur.get_array().value_unsafe().at(idx).get(next)) return fail("$ref '" + ref + "' names nothing", ptr);
+      } else {
+        return fail("$ref '" + ref + "' names nothing", ptr);
+      }
+      cur = next;
+      p = q;
+    }
+    out = cur;
+    return {};
+  }
+
+  // The GBNF expression for `s` (found at JSON pointer `ptr`) into `out`.
+  status visit(element s, const std::string& ptr, const std::string& hint, std::string& out) {
+    if (s.type() == element_type::BOOL) {
+      if (s.get_bool().value_unsafe()) {
+        out = any_value_rule(0);
+        return {};
+      }
+      return fail("schema 'false' accepts nothing", ptr);
+    }
+    if (s.type() != element_type::OBJECT) return fail("a schema must be an object or a boolean", ptr);
+    auto obj = s.get_object().value_unsafe();
+    std::set<std::string_view> keys;
+    for (auto f : obj) {
+      if (!supported().count(f.key) && !annotations().count(f.key))
+        return fail("unsupported keyword '" + std::string(f.key) + "'", ptr);
+      if (!annotations().count(f.key) && f.key != "$defs" && f.key != "definitions") keys.insert(f.key);
+    }
+    auto has = [&](std::string_view k) { return keys.count(k) > 0; };
+    auto only = [&](std::string_view k) { return keys.size() == 1 && has(k); };
+
+    if (has("$ref")) {
+      if (!only("$ref")) return fail("'$ref' together with other constraints is not supported", ptr);
+      std::string_view ref;
+      if (obj["$ref"].get_string().get(ref)) return fail("'$ref' must be a string", ptr);
+      const std::string r(ref);
+      auto it = refs_.find(r);
+      if (it != refs_.end()) {
+        out = it->second;
+        return {};
+      }
+      element target;
+      if (auto st = resolve(r, ptr, target); !st) return st;
+      const std::string name = fresh(sanitize(r.substr(r.rfind('/') + 1)));
+      refs_[r] = name;
+      const size_t slot = rules_.size();
+      rules_.emplace_back(name, "");
+      std::string body;
+      if (auto st = visit(target, r.substr(1), name.substr(root_.size() + 1), body); !st) return st;
+      rules_[slot].second = body;
+      out = name;
+      return {};
+    }
+    if (has("const")) {
+      if (!only("const")) return fail("'const' together with other constraints is not supported", ptr);
+      out = gbnf_literal(dump(obj["const"].value_unsafe()));
+      return {};
+    }
+    if (has("enum")) {
+      // `type` next to enum is redundant when every value has it: allowed, and not checked.
+      for (auto k : keys)
+        if (k != "enum" && k != "type") return fail("'enum' together with '" + std::string(k) + "' is not supported", ptr);
+      simdjson::dom::array values;
+      if (obj["enum"].get_array().get(values)) return fail("'enum' must be an array", ptr);
+      std::string alts;
+      for (auto v : values) alts += (alts.empty() ? "" : " | ") + gbnf_literal(dump(v));
+      if (alts.empty()) return fail("'enum' is empty", ptr);
+      out = add(hint, alts);
+      return {};
+    }
+    for (const char* k : {"anyOf", "oneOf"}) {
+      if (!has(k)) continue;
+      if (!only(k)) return fail("'" + std::string(k) + "' together with other constraints is not supported", ptr);
+      simdjson::dom::array subs;
+      if (obj[k].get_array().get(subs)) return fail("'" + std::string(k) + "' must be an array", ptr);
+      std::string alts;
+      size_t i = 0;
+      for (auto sub : subs) {
+        std::string e;
+        if (auto st = visit(sub, ptr + "/" + k + "/" + std::to_string(i), hint + "-" + std::to_string(i), e); !st) return st;
+        alts += (alts.empty() ? "" : " | ") + e;
+        ++i;
+      }
+      if (alts.empty()) return fail("'" + std::string(k) + "' is empty", ptr);
+      out = add(hint, alts);
+      return {};
+    }
+    if (has("allOf")) return visit_all_of(s, obj, keys, ptr, hint, out);
+
+    // type: one name, a list of names, or inferred from the keywords present.
+    std::vector<std::string> types;
+    element t;
+    if (!obj["type"].get(t)) {
+      if (t.type() == element_type::STRING) {
+        types.emplace_back(t.get_string().value_unsafe());
+      } else if (t.type() == element_type::ARRAY) {
+        const simdjson::dom::array names = t.get_array().value_unsafe();
+        for (auto x : names) {
+          std::string_view n;
+          if (x.get_string().get(n)) return fail("'type' must list type names", ptr);
+          types.emplace_back(n);
+        }
+      } else {
+        return fail("'type' must be a string or an array of strings", ptr);
+      }
+      if (types.empty()) return fail("'type' is an empty list", ptr);
+    } else if (has("properties") || has("additionalProperties") || has("required")) {
+      types = {"object"};
+    } else if (has("items") || has("prefixItems") || has("minItems") || has("maxItems")) {
+      types = {"array"};
+    } else if (has("minLength") || has("maxLength") || has("format") || has("pattern")) {
+      types = {"string"};
+    } else if (has("minimum") || has("maximum") || has("exclusiveMinimum") || has("exclusiveMaximum")) {
+      types = {"number"};
+    } else {
+      out = any_value_rule(0);
+      return {};
+    }
+    std::string alts;
+    for (const auto& ty : types) {
+      std::string e;
+      if (auto st = visit_typed(obj, keys, ty, ptr, types.size() > 1 ? hint + "-" + ty : hint, e); !st) return st;
+      alts += (alts.empty() ? "" : " | ") + e;
+    }
+    out = types.size() == 1 ? alts : add(hint, alts);
+    return {};
+  }
+
+  status visit_all_of(element self, simdjson::dom::object obj, const std::set<std::string_view>& keys, const std::string& ptr,
+                      const std::string& hint, std::string& out) {
+    simdjson::dom::array subs;
+    if (obj["allOf"].get_array().get(subs)) return fail("'allOf' must be an array", ptr);
+    if (subs.size() == 1 && keys.size() == 1) return visit(subs.at(0).value_unsafe(), ptr + "/allOf/0", hint, out);
+    // Object schemas merge: the properties of all, required by any, closed if any is closed.
+    std::vector<prop> props;
+    std::vector<std::string> pending;  // required names, matched once every part's properties are in
+    bool closed = false;
+    // The schema's own keywords beside allOf count as one more part.
+    const bool own = keys.size() > 1;
+    std::vector<std::pair<element, std::string>> parts;
+    if (own) parts.emplace_back(self, ptr);
+    size_t i = 0;
+    for (auto sub : subs) parts.emplace_back(sub, ptr + "/allOf/" + std::to_string(i++));
+    for (size_t pi = 0; pi < parts.size(); ++pi) {
+      element sch = parts[pi].first;
+      std::string at = parts[pi].second;
+      // Follow $refs to the object schema they name.
+      for (int hops = 0; hops < 16 && sch.type() == element_type::OBJECT; ++hops) {
+        std::string_view ref;
+        if (sch.get_object().value_unsafe()["$ref"].get_string().get(ref)) break;
+        element target;
+        if (auto st = resolve(std::string(ref), at, target); !st) return st;
+        sch = target;
+        at = std::string(ref.substr(1));
+      }
+      if (sch.type() != element_type::OBJECT) return fail("'allOf' of non-object schemas is not supported", at);
+      auto o = sch.get_object().value_unsafe();
+      for (auto f : o) {
+        const std::string_view k = f.key;
+        if (k == "allOf" && own && pi == 0) continue;
+        if (annotations().count(k) || k == "$defs" || k == "definitions" || k == "properties" || k == "required" ||
+            k == "additionalProperties")
+          continue;
+        if (k == "type" && f.value.is_string() && f.value.get_string().value_unsafe() == "object") continue;
+        if (k == "allOf") return fail("nested 'allOf' is not supported", at);
+        return fail("'allOf' is only supported over object schemas (found '" + std::string(k) + "')", at);
+      }
+      if (auto st = collect_props(o, at, props, closed, &pending); !st) return st;
+    }
+    for (const auto& n : pending) {
+      auto it = std::find_if(props.begin(), props.end(), [&](const prop& p) { return p.name == n; });
+      if (it == props.end()) return fail("required property '" + n + "' is in no part's 'properties'", ptr);
+      it->required = true;
+    }
+    return object_rule(props, closed, nullptr, ptr, hint, out);
+  }
+
+  status collect_props(simdjson::dom::object o, const std::string& ptr, std::vector<prop>& props, bool& closed,
+                       std::vector<std::string>* pending = nullptr) {
+    element ap;
+    if (!o["additionalProperties"].get(ap) && ap.type() == element_type::BOOL && !ap.get_bool().value_unsafe()) closed = true;
+    simdjson::dom::object ps;
+    if (!o["properties"].get_object().get(ps)) {
+      for (auto f : ps) {
+        const std::string name(f.key);
+        auto it = std::find_if(props.begin(), props.end(), [&](const prop& p) { return p.name == name; });
+        if (it != props.end()) return fail("property '" + name + "' is defined twice across 'allOf'", ptr);
+        props.push_back({name, f.value, ptr + "/properties/" + escape_pointer(name), false});
+      }
+    }
+    simdjson::dom::array req;
+    if (o["required"].error() == simdjson::SUCCESS) {
+      if (o["required"].get_array().get(req)) return fail("'required' must be an array of names", ptr);
+      for (auto r : req) {
+        std::string_view n;
+        if (r.get_string().get(n)) return fail("'required' must be an array of names", ptr);
+        if (pending) {
+          pending->emplace_back(n);
+          continue;
+        }
+        auto it = std::find_if(props.begin(), props.end(), [&](const prop& p) { return p.name == n; });
+        if (it == props.end()) return fail("required property '" + std::string(n) + "' is not in 'properties'", ptr);
+        it->required = true;
+      }
+    }
+    return {};
+  }
+
+  // An object of `props` in order (optional ones may be skipped), or with no props and `extra`,
+  // any number of keys with values of that schema.
+  status object_rule(const std::vector<prop>& props, bool closed, const element* extra, const std::string& ptr,
+                     const std::string& hint, std::string& out, int min_keys = 0, int max_keys = -1) {
+    (void)closed;  // open or closed, only the listed properties are generated (both accept that)
+    if (props.empty()) {
+      if (extra) {
+        std::string v;
+        if (auto st = visit(*extra, ptr + "/additionalProperties", hint + "-value", v); !st) return st;
+        const std::string kv = string_rule() + " \": \" " + v;
+        auto rep = [](int lo, int hi) {
+          return hi < 0 ? (lo == 0 ? std::string("*") : "{" + std::to_string(lo) + ",}")
+                        : "{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
+        };
+        if (max_keys == 0) out = "\"{}\"";
+        else if (min_keys == 0) out = add(hint, "\"{\" (" + kv + " (\", \" " + kv + ")" + rep(0, max_keys < 0 ? -1 : max_keys - 1) + ")? \"}\"");
+        else out = add(hint, "\"{\" " + kv + " (\", \" " + kv + ")" + rep(min_keys - 1, max_keys < 0 ? -1 : max_keys - 1) + " \"}\"");
+        return {};
+      }
+      out = closed ? std::string("\"{}\"") : (need_any(0), any_object_rule(0));
+      return {};
+    }
+    std::vector<std::string> kv(props.size());
+    for (size_t i = 0; i < props.size(); ++i) {
+      std::string v;
+      if (auto st = visit(props[i].schema, props[i].pointer, hint + "-" + sanitize(props[i].name), v); !st) return st;
+      kv[i] = gbnf_literal("\"" + json_key(props[i].name) + "\": ") + " " + v;
+    }
+    // s_i: properties i.. with none written yet; t_i: the same after one (a comma first).
+    const size_t n = props.size();
+    std::vector<std::string> s(n + 1), t(n + 1);
+    const std::string name = fresh(hint);
+    rules_.emplace_back(name, "");
+    const size_t slot = rules_.size() - 1;
+    // Built from the end: the rules for later suffixes exist before the earlier ones use them.
+    std::vector<std::pair<std::string, std::string>> made;
+    for (size_t k = n; k-- > 0;) {
+      const std::string sn = name + "-s" + std::to_string(k), tn = name + "-t" + std::to_string(k);
+      const std::string s_next = k + 1 < n ? s[k + 1] : "", t_next = k + 1 < n ? t[k + 1] : "";
+      std::string sb = kv[k] + (t_next.empty() ? "" : " " + t_next);
+      std::string tb = "\", \" " + kv[k] + (t_next.empty() ? "" : " " + t_next);
+      // An optional property may be skipped. (An empty alternative is written as `( )?`: a
+      // line ending in `|` would continue on the next line.)
+      if (!props[k].required) {
+        sb = s_next.empty() ? "(" + sb + ")?" : sb + " | " + s_next;
+        tb = t_next.empty() ? "(" + tb + ")?" : tb + " | " + t_next;
+      }
+      names_.insert(sn);
+      names_.insert(tn);
+      made.emplace_back(sn, sb);
+      made.emplace_back(tn, tb);
+      s[k] = sn;
+      t[k] = tn;
+    }
+    rules_[slot].second = "\"{\" " + s[0] + " \"}\"";
+    for (auto it = made.rbegin(); it != made.rend(); ++it) rules_.push_back(*it);
+    out = name;
+    return {};
+  }
+
+  static std::string json_key(const std::string& k) {
+    std::string out;
+    for (char c : k) {
+      if (c == '"' || c == '\\') out += '\\';
+      if (c == '\n') {
+        out += "\\n";
+        continue;
+      }
+      out += c;
+    }
+    return out;
+  }
+
+  static bool number_of(simdjson::dom::object o, const char* k, double& v) {
+    element e;
+    if (o[k].get(e)) return false;
+    if (e.is_double()) v = e.get_double().value_unsafe();
+    else if (e.is_int64()) v = static_cast<double>(e.get_int64().value_unsafe());
+    else if (e.is_uint64()) v = static_cast<double>(e.get_uint64().value_unsafe());
+    else return false;
+    return true;
+  }
+
+  status visit_typed(simdjson::dom::object obj, const std::set<std::string_view>& keys, const std::string& ty,
+                     const std::string& ptr, const std::string& hint, std::string& out) {
+    // Keywords that apply to another type are ignored for this one, as JSON Schema does.
+    if (ty == "null") {
+      out = "\"null\"";
+    } else if (ty == "boolean") {
+      out = boolean_rule();
+    } else if (ty == "string") {
+      return string_typed(obj, keys, ptr, hint, out);
+    } else if (ty == "integer") {
+      return integer_typed(obj, ptr, hint, out);
+    } else if (ty == "number") {
+      double lo = 0, hi = 0;
+      const bool has_lo = number_of(obj, "minimum", lo), has_hi = number_of(obj, "maximum", hi);
+      double xlo = 0, xhi = 0;
+      if (number_of(obj, "exclusiveMinimum", xlo) || number_of(obj, "exclusiveMaximum", xhi) || has_hi)
+        return fail("number bounds other than 'minimum': 0 cannot be expressed by the grammar (use type integer with a small range)", ptr);
+      if (has_lo && lo != 0)
+        return fail("number 'minimum' other than 0 cannot be expressed by the grammar", ptr);
+      out = has_lo ? common("number-nonneg", "(\"0\" | [1-9] [0-9]{0,15}) (\".\" [0-9]{1,15})? ([eE] [-+]? [0-9]{1,3})?")
+                   : number_rule();
+    } else if (ty == "object") {
+      std::vector<prop> props;
+      bool closed = false;
+      if (auto st = collect_props(obj, ptr, props, closed); !st) return st;
+      element ap;
+      const bool extra_schema = !obj["additionalProperties"].get(ap) && ap.type() == element_type::OBJECT;
+      double dmin = 0, dmax = -1;
+      const bool has_min = number_of(obj, "minProperties", dmin), has_max = number_of(obj, "maxProperties", dmax);
+      if (has_min || has_max) {
+        // Counted only where every key comes from additionalProperties (a map).
+        if (!props.empty() || !extra_schema)
+          return fail("minProperties/maxProperties are only supported on a map (additionalProperties with a schema and no properties)", ptr);
+        if (dmin > 1000 || dmax > 1000 || (has_max && dmax < dmin)) return fail("minProperties/maxProperties out of range", ptr);
+      }
+      return object_rule(props, closed, extra_schema ? &ap : nullptr, ptr, hint, out, static_cast<int>(dmin),
+                         has_max ? static_cast<int>(dmax) : -1);
+    } else if (ty == "array") {
+      return array_typed(obj, ptr, hint, out);
+    } else {
+      return fail("unknown type '" + ty + "'", ptr);
+    }
+    return {};
+  }
+
+  status string_typed(simdjson::dom::object obj, const std::set<std::string_view>& keys, const std::string& ptr,
+                      const std::string& hint, std::string& out) {
+    std::string_view fmt, pat;
+    const bool has_fmt = !obj["format"].get_string().get(fmt);
+    const bool has_pat = !obj["pattern"].get_string().get(pat);
+    const bool has_len = keys.count("minLength") || keys.count("maxLength");
+    if ((has_fmt && has_pat) || ((has_fmt || has_pat) && has_len))
+      return fail("only one of format, pattern and minLength/maxLength may constrain a string", ptr);
+    if (has_fmt) {
+      static const std::map<std::string_view, std::string> formats = {
+          {"date", "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])"},
+          {"time", "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? (\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])"},
+          {"uuid", "[0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}"},
+          {"email", "[a-zA-Z0-9._%+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} (\".\" [a-zA-Z0-9-]{1,63}){1,3}"},
+      };
+      std::string body;
+      if (fmt == "date-time") {
+        body = formats.at("date") + " \"T\" " + formats.at("time");
+      } else {
+        auto it = formats.find(fmt);
+        if (it == formats.end())
+          return fail("unsupported string format '" + std::string(fmt) + "' (supported: date, time, date-time, uuid, email)", ptr);
+        body = it->second;
+      }
+      out = common("format-" + sanitize(fmt), "\"\\\"\" " + body + " \"\\\"\"");
+      return {};
+    }
+    if (has_pat) {
+      auto g = regex_to_gbnf(pat, true);
+      if (!g) return fail("'pattern': " + g.error(), ptr);
+      out = add(hint, "\"\\\"\" " + g.value() + " \"\\\"\"");
+      return {};
+    }
+    if (has_len) {
+      double lo = 0, hi = -1;
+      number_of(obj, "minLength", lo);
+      number_of(obj, "maxLength", hi);
+      if (lo < 0 || (keys.count("maxLength") && hi < lo)) return fail("maxLength below minLength", ptr);
+      if (lo > 1000 || hi > 1000) return fail("string lengths above 1000 are not supported", ptr);
+      const std::string rep = keys.count("maxLength") ? "{" + std::to_string(static_cast<int>(lo)) + "," + std::to_string(static_cast<int>(hi)) + "}"
+                                                       : "{" + std::to_string(static_cast<int>(lo)) + ",}";
+      out = add(hint, "\"\\\"\" (" + str_char() + ")" + rep + " \"\\\"\"");
+      return {};
+    }
+    out = string_rule();
+    return {};
+  }
+
+  status integer_typed(simdjson::dom::object obj, const std::string& ptr, const std::string& hint, std::string& out) {
+    double v = 0;
+    bool has_lo = false, has_hi = false;
+    int64_t lo = 0, hi = 0;
+    if (number_of(obj, "minimum", v)) has_lo = true, lo = static_cast<int64_t>(std::ceil(v));
+    if (number_of(obj, "exclusiveMinimum", v)) {
+      const int64_t x = static_cast<int64_t>(std::floor(v)) + 1;
+      lo = has_lo ? std::max(lo, x) : x;
+      has_lo = true;
+    }
+    if (number_of(obj, "maximum", v)) has_hi = true, hi = static_cast<int64_t>(std::floor(v));
+    if (number_of(obj, "exclusiveMaximum", v)) {
+      const int64_t x = static_cast<int64_t>(std::ceil(v)) - 1;
+      hi = has_hi ? std::min(hi, x) : x;
+      has_hi = true;
+    }
+    if (!has_lo && !has_hi) {
+      out = integer_rule();
+      return {};
+    }
+    if (has_lo && has_hi) {
+      if (hi < lo) return fail("integer range is empty (maximum below minimum)", ptr);
+      if (hi - lo >= max_enumerated_integers)
+        return fail("integer range wider than " + std::to_string(max_enumerated_integers) + " values is not supported", ptr);
+      std::string alts;
+      for (int64_t x = lo; x <= hi; ++x) alts += (alts.empty() ? "\"" : " | \"") + std::to_string(x) + "\"";
+      out = add(hint, alts);
+      return {};
+    }
+    if (has_lo && !has_hi && (lo == 0 || lo == 1)) {
+      out = lo == 0 ? common("integer-nonneg", "\"0\" | [1-9] [0-9]{0,15}") : common("integer-pos", "[1-9] [0-9]{0,15}");
+      return {};
+    }
+    return fail("integer bounds other than a range of at most " + std::to_string(max_enumerated_integers) +
+                    " values or minimum 0/1 cannot be expressed by the grammar",
+                ptr);
+  }
+
+  status array_typed(simdjson::dom::object obj, const std::string& ptr, const std::string& hint, std::string& out) {
+    double dmin = 0, dmax = -1;
+    number_of(obj, "minItems", dmin);
+    const bool has_max = number_of(obj, "maxItems", dmax);
+    if (dmin > 1000 || dmax > 1000) return fail("minItems/maxItems above 1000 are not supported", ptr);
+    if (has_max && dmax < dmin) return fail("maxItems below minItems", ptr);
+    const int min_items = static_cast<int>(dmin), max_items = has_max ? static_cast<int>(dmax) : -1;
+    std::vector<std::string> prefix;
+    simdjson::dom::array pre;
+    if (obj["prefixItems"].error() == simdjson::SUCCESS) {
+      if (obj["prefixItems"].get_array().get(pre)) return fail("'prefixItems' must be an array", ptr);
+      size_t i = 0;
+      for (auto sub : pre) {
+        std::string e;
+        if (auto st = visit(sub, ptr + "/prefixItems/" + std::to_string(i), hint + "-" + std::to_string(i), e); !st) return st;
+        prefix.push_back(e);
+        ++i;
+      }
+    }
+    if (max_items >= 0 && static_cast<int>(prefix.size()) > max_items)
+      return fail("more prefixItems than maxItems allows", ptr);
+    // The items after the prefix.
+    std::string item;
+    element it;
+    const bool has_items = !obj["items"].get(it);
+    if (has_items && it.type() == element_type::BOOL && !it.get_bool().value_unsafe()) {
+      item.clear();  // no more items
+    } else if (has_items) {
+      if (auto st = visit(it, ptr + "/items", hint + "-item", item); !st) return st;
+    } else if (prefix.empty() || min_items > static_cast<int>(prefix.size())) {
+      item = any_value_rule(1);
+    }
+    const int n_pre = static_cast<int>(prefix.size());
+    const int more_min = std::max(0, min_items - n_pre);
+    const int more_max = max_items < 0 ? -1 : max_items - n_pre;
+    if (item.empty() && more_min > 0) return fail("minItems needs more items than prefixItems gives and 'items' is false", ptr);
+    std::string body = "\"[\"";
+    for (int i = 0; i < n_pre; ++i) body += (i ? " \", \" " : " ") + prefix[static_cast<size_t>(i)];
+    if (!item.empty() && more_max != 0) {
+      const std::string sep_item = "\", \" " + item;
+      auto rep = [](int lo, int hi) {
+        return hi < 0 ? (lo == 0 ? std::string("*") : "{" + std::to_string(lo) + ",}")
+                      : "{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
+      };
+      if (n_pre > 0) {
+        body += " (" + sep_item + ")" + rep(more_min, more_max);
+      } else if (more_min == 0) {
+        body += " (" + item + " (" + sep_item + ")" + rep(0, more_max < 0 ? -1 : more_max - 1) + ")?";
+      } else {
+        body += " " + item + " (" + sep_item + ")" + rep(more_min - 1, more_max < 0 ? -1 : more_max - 1);
+      }
+    }
+    body += " \"]\"";
+    out = add(hint, body);
+    return {};
+  }
+};
+
+}  // namespace
+
+result<std::string> json_schema_to_gbnf(std::string_view schema_json, std::string_view root_rule) {
+  return generator(std::string(root_rule)).run(schema_json);
+}
+
+std::string json_object_gbnf(std::string_view root_rule) { return generator(std::string(root_rule)).any_object(); }
+
+}  // namespace troupe::structured

@@ -1,0 +1,33 @@
+#include "structured/mask_logits.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace troupe::structured {
+
+void mask_logits(matcher& m, float* logits, int32_t n_vocab, const std::vector<int32_t>& eog,
+                 std::vector<uint64_t>& mask) {
+  const bool must_end = m.must_end();
+  if (!must_end) m.allowed_tokens(mask);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  std::vector<float> kept;  // the eog tokens' own logits, put back where ending is allowed
+  kept.reserve(eog.size());
+  for (auto t : eog) kept.push_back(t >= 0 && t < n_vocab ? logits[t] : ninf);
+  bool any = false;
+  for (int32_t w = 0; w * 64 < n_vocab; ++w) {
+    const uint64_t word = must_end || static_cast<size_t>(w) >= mask.size() ? 0 : mask[static_cast<size_t>(w)];
+    if (word == ~uint64_t{0}) {
+      any = true;
+      continue;
+    }
+    any = any || word != 0;
+    const int32_t lo = w * 64, hi = std::min(n_vocab, lo + 64);
+    for (int32_t t = lo; t < hi; ++t)
+      if (!((word >> (t - lo)) & 1)) logits[t] = ninf;
+  }
+  if (m.can_end() || !any)
+    for (size_t i = 0; i < eog.size(); ++i)
+      if (eog[i] >= 0 && eog[i] < n_vocab) logits[eog[i]] = kept[i];
+}
+
+}  // namespace troupe::structured

@@ -1,0 +1,18 @@
+#pragma once
+// Applies a matcher's allowed tokens to a row of logits: everything else becomes -inf, so that the
+// sampler (penalties, logit_bias, top-k/p, logprobs) only ever sees tokens the constraint allows.
+// End-of-generation tokens stay where the output may end — and where the vocabulary cannot
+// continue it at all, so that a row always has a token to sample. Used by the executor and by
+// `troupe generate`.
+#include <cstdint>
+#include <vector>
+
+#include "structured/constraint.hpp"
+
+namespace troupe::structured {
+
+// `mask` is scratch space for the allowed-token bits (kept by the caller to reuse its memory).
+void mask_logits(matcher& m, float* logits, int32_t n_vocab, const std::vector<int32_t>& eog,
+                 std::vector<uint64_t>& mask);
+
+}  // namespace troupe::structured

@@ -1,0 +1,99 @@
+// actors/admission/tool_prompt: the conversation a chat template renders when tools are offered,
+// called and answered, and the grammar a forced call gets.
+#include "actors/admission/tool_prompt.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace troupe;
+using namespace troupe::actors;
+
+namespace {
+
+request_spec weather_request() {
+  request_spec s;
+  s.messages = {{"system", "Be brief.", {}, {}, {}}, {"user", "Weather in Paris?", {}, {}, {}}};
+  s.tools = {{"get_weather", "Current weather", R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]})"}};
+  return s;
+}
+
+}  // namespace
+
+TEST(ToolPrompt, OffersTheToolsInTheSystemTurn) {
+  auto tp = make_tool_prompt(weather_request(), structured::tool_format::hermes);
+  ASSERT_TRUE(tp) << tp.error();
+  ASSERT_EQ(tp->messages.size(), 2u);
+  EXPECT_EQ(tp->messages[0].role, "system");
+  EXPECT_EQ(tp->messages[0].content.rfind("Be brief.\n\n# Tools", 0), 0u) << tp->messages[0].content;
+  EXPECT_NE(tp->messages[0].content.find("\"name\": \"get_weather\""), std::string::npos);
+  EXPECT_TRUE(tp->constraint.empty()) << "auto: the model decides, nothing forced";
+}
+
+TEST(ToolPrompt, WithoutASystemTurnOneIsAdded) {
+  auto s = weather_request();
+  s.messages.erase(s.messages.begin());
+  auto tp = make_tool_prompt(s, structured::tool_format::hermes);
+  ASSERT_TRUE(tp);
+  ASSERT_EQ(tp->messages.size(), 2u);
+  EXPECT_EQ(tp->messages[0].role, "system");
+  EXPECT_EQ(tp->messages[0].content.rfind("# Tools", 0), 0u);
+}
+
+TEST(ToolPrompt, NoneOffersNothingButStillRendersEarlierCalls) {
+  auto s = weather_request();
+  s.tool_choice = tool_choice::none;
+  s.messages.push_back({"assistant", "", {{"call_1", "get_weather", R"({"city":"Paris"})"}}, {}, {}});
+  s.messages.push_back({"tool", "18C and sunny", {}, "call_1", "get_weather"});
+  auto tp = make_tool_prompt(s, structured::tool_format::hermes);
+  ASSERT_TRUE(tp) << tp.error();
+  ASSERT_EQ(tp->messages.size(), 4u);
+  EXPECT_EQ(tp->messages[0].content, "Be brief.") << "tools not offered with none";
+  EXPECT_EQ(tp->messages[2].role, "assistant");
+  EXPECT_EQ(tp->messages[2].content, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>");
+  EXPECT_EQ(tp->messages[3].role, "user");
+  EXPECT_EQ(tp->messages[3].content, "<tool_response>\n18C and sunny\n</tool_response>");
+}
+
+TEST(ToolPrompt, ConsecutiveToolResultsAreOneTurn) {
+  auto s = weather_request();
+  s.messages.push_back({"assistant", "", {{"a", "get_weather", "{}"}, {"b", "get_weather", "{}"}}, {}, {}});
+  s.messages.push_back({"tool", "one", {}, "a", {}});
+  s.messages.push_back({"tool", "two", {}, "b", {}});
+  auto tp = make_tool_prompt(s, structured::tool_format::hermes);
+  ASSERT_TRUE(tp);
+  ASSERT_EQ(tp->messages.size(), 4u);
+  EXPECT_EQ(tp->messages[3].content, "<tool_response>\none\n</tool_response>\n<tool_response>\ntwo\n</tool_response>");
+}
+
+TEST(ToolPrompt, RequiredAndNamedChoicesForceAGrammar) {
+  auto s = weather_request();
+  s.tool_choice = tool_choice::required;
+  auto tp = make_tool_prompt(s, structured::tool_format::hermes);
+  ASSERT_TRUE(tp) << tp.error();
+  EXPECT_EQ(tp->constraint.kind, structured::kind::grammar);
+  EXPECT_NE(tp->constraint.source.find("get_weather"), std::string::npos);
+  s.tool_choice = tool_choice::function;
+  s.tool_choice_name = "nope";
+  auto bad = make_tool_prompt(s, structured::tool_format::hermes);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().find("'nope'"), std::string::npos);
+}
+
+TEST(ToolPrompt, ErrorsNameTheProblem) {
+  auto s = weather_request();
+  s.messages.push_back({"tool", "x", {}, "", {}});
+  auto e = make_tool_prompt(s, structured::tool_format::hermes);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().find("tool_call_id"), std::string::npos);
+  auto f = weather_request();
+  f.tool_choice = tool_choice::required;
+  f.constraint = {structured::kind::json_object, ""};
+  auto g = make_tool_prompt(f, structured::tool_format::hermes);
+  ASSERT_FALSE(g);
+  EXPECT_NE(g.error().find("json_object"), std::string::npos);
+  request_spec p;
+  p.prompt = "x";
+  p.tools = weather_request().tools;
+  auto h = make_tool_prompt(p, structured::tool_format::hermes);
+  ASSERT_FALSE(h);
+  EXPECT_NE(h.error().find("'tools'"), std::string::npos);
+}

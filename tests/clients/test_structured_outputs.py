@@ -1,0 +1,237 @@
+"""Structured outputs and tool calls with the official `openai` client against a real `troupe serve`
+(the default model, greedy): every schema of tests/fixtures/schemas gives a document that the
+`jsonschema` validator accepts; json_object, `grammar`, `regex` and `choice`; pydantic models through
+`client.chat.completions.parse` (and the older `client.beta` spelling); a schema outside the supported
+subset is a 400 naming the keyword; tool calls forced and automatic, streamed as OpenAI streams them;
+and an agent loop (call -> tool result -> answer) to the end. The same over the WebSocket."""
+import asyncio
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import List, Literal, Optional
+
+import jsonschema
+import openai
+import pydantic
+import pytest
+from websockets.asyncio.client import connect
+
+from harness import MODEL_NAME, ROOT, read_until_end, running_server, token_text
+
+KEY = "structured-key"
+TIMEOUT_S = 300
+SCHEMAS = sorted((ROOT / "tests" / "fixtures" / "schemas").glob("*.json"))
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 40},
+                           "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME_TOOL = {
+    "type": "function",
+    "function": {"name": "get_time", "description": "The time now in a time zone",
+                 "parameters": {"type": "object", "properties": {"zone": {"type": "string", "maxLength": 30}},
+                                "required": ["zone"]}},
+}
+
+
+@pytest.fixture(scope="module")
+def server():
+    # The response cache off: these tests ask the same questions with different constraints.
+    with running_server("--api-key", KEY, "--set", "cache.enabled=false") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(api_key=KEY, base_url=server.url + "/v1", timeout=TIMEOUT_S, max_retries=0)
+
+
+def ask(client, content, **kw):
+    kw.setdefault("temperature", 0)
+    kw.setdefault("max_tokens", 400)
+    return client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": content}], **kw)
+
+
+# ---- JSON Schema --------------------------------------------------------------------------------
+
+def test_the_schema_set_is_large_enough():
+    assert len(SCHEMAS) >= 30, [p.name for p in SCHEMAS]
+
+
+def test_every_schema_gives_a_valid_document(client):
+    def one(path):
+        schema = json.loads(path.read_text())
+        # As users of small models do: the schema in the prompt too (the grammar alone keeps the
+        # output valid; the prompt helps the model finish it within max_tokens).
+        r = ask(client, f"Give an example {path.stem.replace('_', ' ')} as JSON matching this schema: {json.dumps(schema)}",
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": path.stem[:64], "schema": schema, "strict": True}})
+        return path, schema, r
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, SCHEMAS))
+    failures = []
+    for path, schema, r in results:
+        choice = r.choices[0]
+        try:
+            assert choice.finish_reason == "stop", f"finish_reason {choice.finish_reason}"
+            doc = json.loads(choice.message.content)
+            jsonschema.validate(doc, schema)
+        except Exception as e:  # collect all, report together
+            failures.append(f"{path.name}: {e!r}\n  output: {choice.message.content!r}")
+    assert not failures, f"{len(failures)} of {len(results)} schemas failed:\n" + "\n".join(failures)
+
+
+def test_json_object_streamed_and_not(client):
+    r = ask(client, "Describe a cat as a JSON object.", response_format={"type": "json_object"})
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+    stream = ask(client, "Describe a dog as a JSON object.", response_format={"type": "json_object"}, stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert isinstance(json.loads(text), dict), text
+
+
+class City(pydantic.BaseModel):
+    name: str = pydantic.Field(max_length=40)
+    country: str = pydantic.Field(max_length=40)
+    population: int
+    districts: List[str] = pydantic.Field(max_length=3)
+    kind: Literal["capital", "town", "village"]
+    mayor: Optional[str] = None
+
+
+def test_pydantic_models_through_parse(client):
+    messages = [{"role": "user", "content": "Describe Paris."}]
+    r = client.chat.completions.parse(model=MODEL_NAME, messages=messages, response_format=City, temperature=0,
+                                      max_tokens=400)
+    city = r.choices[0].message.parsed
+    assert isinstance(city, City), r.choices[0].message.content
+    beta = client.beta.chat.completions.parse(model=MODEL_NAME, messages=messages, response_format=City,
+                                              temperature=0, max_tokens=400)
+    assert beta.choices[0].message.parsed == city
+
+
+def test_unsupported_schema_keyword_is_a_400_naming_it(client):
+    schema = {"type": "object", "patternProperties": {"^x": {"type": "string"}}}
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(client, "x", response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": schema}})
+    assert "patternProperties" in str(e.value)
+
+
+def test_a_grammar_that_does_not_parse_is_a_400(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(client, "x", extra_body={"grammar": "root ::= \"a\" undefined-rule"})
+    assert "undefined-rule" in str(e.value)
+
+
+# ---- grammar, regex, choice -----------------------------------------------------------------------
+
+def test_grammar_regex_and_choice(client):
+    g = ask(client, "Is the sky blue? Answer yes or no.", extra_body={"grammar": 'root ::= ("yes" | "no") "."'})
+    assert g.choices[0].message.content in ("yes.", "no.")
+    rx = ask(client, "Give me a phone number.", extra_body={"structured_outputs": {"regex": r"\(0[1-9]\) [0-9]{3}-[0-9]{4}"}})
+    assert re.fullmatch(r"\(0[1-9]\) [0-9]{3}-[0-9]{4}", rx.choices[0].message.content), rx.choices[0].message.content
+    ch = ask(client, "Pick a colour.", extra_body={"structured_outputs": {"choice": ["red", "green", "blue"]}})
+    assert ch.choices[0].message.content in ("red", "green", "blue")
+    comp = client.completions.create(model=MODEL_NAME, prompt="The answer is", max_tokens=20, temperature=0,
+                                     extra_body={"structured_outputs": {"regex": " [0-9]+"}})
+    assert re.fullmatch(r" [0-9]+", comp.choices[0].text), comp.choices[0].text
+
+
+# ---- tool calls ---------------------------------------------------------------------------------
+
+def test_forced_call_of_a_named_function(client):
+    r = ask(client, "What is the weather in Paris?", tools=[WEATHER_TOOL, TIME_TOOL],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    calls = choice.message.tool_calls
+    assert len(calls) == 1 and calls[0].type == "function" and calls[0].id
+    assert calls[0].function.name == "get_weather"
+    args = json.loads(calls[0].function.arguments)
+    jsonschema.validate(args, WEATHER_TOOL["function"]["parameters"])
+
+
+def test_required_streams_the_call_as_deltas(client):
+    stream = ask(client, "What time is it in Tokyo?", tools=[WEATHER_TOOL, TIME_TOOL], tool_choice="required",
+                 stream=True)
+    calls, finish, pieces = {}, None, 0
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        d = chunk.choices[0].delta
+        for tc in d.tool_calls or []:
+            c = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
+            if tc.id:
+                c["id"] = tc.id
+            if tc.function and tc.function.name:
+                c["name"] = tc.function.name
+            if tc.function and tc.function.arguments:
+                c["arguments"] += tc.function.arguments
+                pieces += 1
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls"
+    assert len(calls) == 1 and calls[0]["id"] and calls[0]["name"] in ("get_weather", "get_time")
+    json.loads(calls[0]["arguments"])
+    assert pieces >= 2, "the arguments arrive in pieces, as they are generated"
+
+
+def test_agent_loop_call_result_answer(client):
+    messages = [{"role": "user", "content": "What is the weather in Paris? Use the tool."}]
+    first = client.chat.completions.create(model=MODEL_NAME, messages=messages, tools=[WEATHER_TOOL],
+                                           tool_choice="required", temperature=0, max_tokens=200)
+    msg = first.choices[0].message
+    assert msg.tool_calls, msg
+    messages.append(msg.model_dump(exclude_none=True))
+    for call in msg.tool_calls:
+        messages.append({"role": "tool", "tool_call_id": call.id,
+                         "content": json.dumps({"temperature": 18, "sky": "sunny"})})
+    final = client.chat.completions.create(model=MODEL_NAME, messages=messages, tools=[WEATHER_TOOL],
+                                           tool_choice="none", temperature=0, max_tokens=120)
+    answer = final.choices[0]
+    assert answer.finish_reason in ("stop", "length")
+    assert not answer.message.tool_calls
+    assert answer.message.content and answer.message.content.strip()
+
+
+def test_auto_without_a_call_is_plain_content(client):
+    r = ask(client, "Say hello.", tools=[WEATHER_TOOL], max_tokens=30)
+    choice = r.choices[0]
+    if choice.message.tool_calls:  # the model may call; then the call must be well formed
+        assert choice.finish_reason == "tool_calls"
+        json.loads(choice.message.tool_calls[0].function.arguments)
+    else:
+        assert choice.finish_reason in ("stop", "length") and choice.message.content
+
+
+# ---- WebSocket ----------------------------------------------------------------------------------
+
+def test_websocket_generate_with_a_schema_and_a_choice(server):
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"}},
+              "required": ["name", "age"], "additionalProperties": False}
+
+    async def run():
+        async with connect(server.ws_url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+            await ws.send(json.dumps({"type": "generate", "id": "s1", "max_tokens": 200,
+                                      "messages": [{"role": "user", "content": "A person as JSON."}],
+                                      "response_format": {"type": "json_schema",
+                                                          "json_schema": {"name": "person", "schema": schema}}}))
+            toks, final = await read_until_end(ws, "s1")
+            assert final["type"] == "done", final
+            jsonschema.validate(json.loads(token_text(toks, final)), schema)
+            await ws.send(json.dumps({"type": "generate", "id": "s2", "max_tokens": 10,
+                                      "messages": [{"role": "user", "content": "Pick one."}],
+                                      "structured_outputs": {"choice": ["alpha", "beta"]}}))
+            toks, final = await read_until_end(ws, "s2")
+            assert token_text(toks, final) in ("alpha", "beta")
+    asyncio.run(run())
