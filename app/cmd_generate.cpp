@@ -120,8 +120,10 @@ int run_generate(const generate_options& o) {
   generation_request req;
   req.prompt = prompt.value();
   if (matcher) {
-    req.shape_logits = [&matcher, eog = m.vocab.eog_ids(), bits = std::vector<uint64_t>()](std::vector<float>& logits) mutable {
-      troupe::structured::mask_logits(*matcher, logits.data(), static_cast<int32_t>(logits.size()), eog, bits);
+    req.shape_logits = [&matcher, eog = m.vocab.eog_ids(), bits = std::vector<uint64_t>(),
+                         max = o.max_tokens](std::vector<float>& logits) mutable {
+      troupe::structured::mask_logits(*matcher, logits.data(), static_cast<int32_t>(logits.size()), eog, bits,
+                                      max - matcher->n_accepted());
     };
   }
   req.sampling = o.sampling;

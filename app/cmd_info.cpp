@@ -5,6 +5,8 @@
 
 #include "app/command.hpp"
 #include "app/version.hpp"
+#include "model/matmul.hpp"
+#include "model/matmul_amx.hpp"
 #ifdef TROUPE_HAVE_CUDA
 #include "gpu/device_info.hpp"
 #endif
@@ -17,6 +19,7 @@ troupe::app::register_command reg("info", "Show build and machine capabilities",
     std::printf("cpu: avx2=%d fma=%d avx512f=%d avx512vnni=%d\n", __builtin_cpu_supports("avx2"),
                 __builtin_cpu_supports("fma"), __builtin_cpu_supports("avx512f"),
                 __builtin_cpu_supports("avx512vnni"));
+    std::printf("matmul: %s; %s\n", troupe::model::matmul_isa(), troupe::model::amx_path_line().c_str());
 #ifdef TROUPE_HAVE_CUDA
     auto d = troupe::gpu::query_devices();
     std::printf("cuda backend: built; %s\n", d.count ? d.summary.c_str() : d.summary.c_str());

@@ -5,7 +5,10 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <regex>
@@ -19,6 +22,7 @@
 #include "model/cpu_backend.hpp"
 #include "model/loaded_model.hpp"
 #include "model/matmul.hpp"
+#include "model/matmul_amx.hpp"
 #include "model/paged_attention.hpp"
 #include "common/result.hpp"
 #include "model/step_profile.hpp"
@@ -220,6 +224,52 @@ result<double> batched_decode(backend& be, const bench_options& o, int b, kv_usa
   return static_cast<double>(st.generated_tokens - b) / st.decode_seconds;
 }
 
+// The ceiling of single-sequence decode: a decode step reads every weight once, so it cannot run
+// faster than a plain streaming read of that many bytes on the same threads. The best of 5 passes
+// over a buffer of `bytes` (zeros: no denormal slow path), each thread summing its slice with
+// vector adds, four independent chains deep.
+struct read_ceiling {
+  double gb_per_s = 0;
+  size_t bytes = 0;
+  int threads = 0;
+  double tokens_per_s() const { return bytes ? gb_per_s * 1e9 / static_cast<double>(bytes) : 0.0; }
+};
+
+read_ceiling measure_read_ceiling(thread_pool& pool, size_t bytes) {
+  using v4d = double __attribute__((vector_size(32)));
+  const size_t n = (bytes + 127) / 128 * 4;  // v4d elements, a multiple of 4
+  auto* buf = static_cast<v4d*>(std::aligned_alloc(64, n * sizeof(v4d)));
+  if (!buf) return {};
+  std::unique_ptr<v4d, void (*)(void*)> hold(buf, std::free);
+  // Each thread touches its own slice first, so its pages are where that thread reads them.
+  pool.run([&](int ith, int nth) {
+    const size_t a = n / 4 * ith / nth * 4, b = n / 4 * (ith + 1) / nth * 4;
+    std::memset(static_cast<void*>(buf + a), 0, (b - a) * sizeof(v4d));
+  });
+  std::vector<double> sink(static_cast<size_t>(pool.size()));
+  double best = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.run([&](int ith, int nth) {
+      const size_t a = n / 4 * ith / nth * 4, b = n / 4 * (ith + 1) / nth * 4;
+      v4d s0 = {}, s1 = {}, s2 = {}, s3 = {};
+      for (size_t i = a; i < b; i += 4) {
+        s0 += buf[i];
+        s1 += buf[i + 1];
+        s2 += buf[i + 2];
+        s3 += buf[i + 3];
+      }
+      const v4d s = s0 + s1 + s2 + s3;
+      sink[static_cast<size_t>(ith)] = s[0] + s[1] + s[2] + s[3];
+    });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(n * sizeof(v4d)) / secs / 1e9);
+  }
+  volatile double keep = sink[0];  // the sums are used: the reads stay
+  (void)keep;
+  return read_ceiling{best, bytes, pool.size()};
+}
+
 result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmul_order order, bool kv_q8) {
   const auto& hp = be.params();
   troupe_figures f;
@@ -399,6 +449,7 @@ int run_bench_engine(const bench_options& o) {
     configs.emplace_back(fast ? matmul_order::fast : matmul_order::llama_cpp, true);
   }
   std::vector<troupe_figures> runs;
+  read_ceiling ceiling;
   for (auto [order, kv_q8] : configs) {
     backend_options bo;
     bo.n_threads = threads;
@@ -421,6 +472,8 @@ int run_bench_engine(const bench_options& o) {
       std::fprintf(stderr, "note: no %s matmul kernels on this CPU (%s); skipped\n", matmul_order_name(order), matmul_isa());
       continue;
     }
+    if (auto* pool_owner = dynamic_cast<cpu_backend*>(be.value().get()); pool_owner && ceiling.bytes == 0)
+      ceiling = measure_read_ceiling(pool_owner->pool(), lm.value()->weights->weight_bytes());
     std::fprintf(stderr, "model %s: %d layers, %d embd, %d vocab; %d threads; matmul path %s, %s order%s\n",
                  lm.value()->id.c_str(), hp.n_layer, hp.n_embd, hp.n_vocab, threads, matmul_isa(), matmul_order_name(order),
                  kv_q8 ? ", q8 K/V" : "");
@@ -436,6 +489,7 @@ int run_bench_engine(const bench_options& o) {
 
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   std::printf("\n## troupe bench engine — %s, %d threads, matmul path %s\n\n", lm.value()->id.c_str(), threads, matmul_isa());
+  std::printf("%s\n\n", amx_path_line().c_str());
   if (o.sampling.temperature > 0.0f)
     std::printf("Decode tests sample at temperature %.2f, top_k %d, top_p %.2f (a seed per request); llama.cpp's "
                 "benches do not sample.\n\n",
@@ -479,6 +533,14 @@ int run_bench_engine(const bench_options& o) {
       std::printf("%s: batch %d = %.2fx its batch 1 (median of %zu rounds' ratios: %s)\n", r.name().c_str(), b,
                   median(each), each.size(), rounds.c_str());
     }
+  if (ceiling.bytes) {
+    std::printf("\nstreaming read of %.1f MB (the weights' bytes, read once per decode step) on %d threads: %.1f GB/s, "
+                "so one sequence decodes at most %.0f tokens/s\n",
+                static_cast<double>(ceiling.bytes) / 1e6, ceiling.threads, ceiling.gb_per_s, ceiling.tokens_per_s());
+    for (const auto& r : runs)
+      std::printf("%s: decode tg%d %.1f tokens/s = %.0f%% of that ceiling\n", r.name().c_str(), o.decode_tokens,
+                  median(r.tg), 100.0 * median(r.tg) / ceiling.tokens_per_s());
+  }
   print_floors(runs, llama);
   for (const auto& r : runs)
     for (const auto& pb : r.profiles) print_profile(r.name(), pb.batch, pb.profile, pb.step_seconds);

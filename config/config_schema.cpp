@@ -520,6 +520,8 @@ std::vector<key_spec> make_schema() {
   v.push_back(seconds_key("server.shutdown_grace_s", restart, 0, 3600, TROUPE_FIELD(server.shutdown_grace)));
   v.push_back(seconds_key("server.resume_window_s", restart, 0, 86400, TROUPE_FIELD(server.resume_window)));
   v.push_back(integer_key("server.resume_keep_tokens", restart, 0, 16 * mib, TROUPE_FIELD(server.resume_keep_tokens)));
+  v.push_back(string_key("server.tls_cert", restart, false, {}, TROUPE_FIELD(server.tls_cert)));
+  v.push_back(string_key("server.tls_key", restart, false, {}, TROUPE_FIELD(server.tls_key)));
 
   v.push_back(string_key("model.path", restart, true, {}, TROUPE_FIELD(model.path)));
   v.push_back(string_key("model.name", restart, false, {}, TROUPE_FIELD(model.name)));
@@ -584,6 +586,8 @@ std::vector<key_spec> make_schema() {
   v.push_back(integer_key("cache.exact_max_entries", hot_cache, 1, 1LL << 32, TROUPE_FIELD(pipeline.cache.exact.max_entries)));
   v.push_back(string_key("cache.path", restart, true, {}, TROUPE_FIELD(pipeline.cache.semantic.path)));
   v.push_back(bool_key("cache.sync_writes", restart, TROUPE_FIELD(pipeline.cache.semantic.sync_writes)));
+  v.push_back(integer_key("cache.min_free_disk_mib", restart, 0, 1LL << 30,
+                          TROUPE_FIELD(pipeline.cache.semantic.min_free_disk_mib)));
   v.push_back(string_key("cache.embedder", restart, true, {}, TROUPE_FIELD(pipeline.cache.semantic.embedder)));
   v.push_back(string_key("cache.embedder_options.model_dir", restart, false, {},
                          TROUPE_FIELD(pipeline.cache.semantic.embedder_opts.model_dir)));

@@ -45,6 +45,10 @@ struct server_options {
   // SIGTERM / SIGINT: how long running requests may take to finish before the server stops
   // anyway (a second signal stops it at once).
   std::chrono::seconds shutdown_grace{20};
+  // TLS (HTTPS and WSS): a PEM certificate chain and its PEM private key. Both set: the port
+  // serves TLS only; both empty: plain HTTP only. Loaded at start.
+  std::string tls_cert;
+  std::string tls_key;
   std::chrono::milliseconds resume_window{60000};  // how long ended / orphaned WebSocket streams stay resumable
   size_t resume_keep_tokens = 4096;             // tokens kept per stream for resumption
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -11,6 +12,7 @@
 
 #include "model/detail/matmul_kernels.hpp"
 #include "model/detail/quant_blocks.hpp"
+#include "model/matmul_amx.hpp"
 #include "model/quant.hpp"
 
 namespace troupe::model {
@@ -323,6 +325,11 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     if (w.packed && x16) {
       j.kw = kernel_weights{static_cast<const uint8_t*>(w.packed), packed_group_bytes(w), w.n_in};
       j.qk = q8_kernel_for(*x16, w.type);
+      if (n_tok >= k_amx_min_tokens && amx_usable()) {  // same results, tile multiplies (matmul_amx.hpp)
+        j.kw = kernel_weights{j.kw.data + packed_group_bytes(w) * static_cast<size_t>((w.n_out + 15) / 16),
+                              amx_group_bytes(w.n_in), w.n_in};
+        j.qk = q8_kernel_for(amx_kernels(), w.type);
+      }
     }
     need_acts |= j.qk != nullptr;
     total_rows = shared ? std::max(total_rows, w.n_out) : total_rows + w.n_out;
@@ -427,15 +434,38 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
 
 }  // namespace detail
 
+bool detail::amx_usable() {
+  // The tile kernels apply the scales with AVX-512, and only the fast order's layout has a tile form.
+  static const bool usable = [] {
+    if (!amx_support().available) {
+      std::fprintf(stderr, "troupe: matmul: the fast order runs on AVX-512 VNNI, not AMX: %s\n",
+                   amx_support().why.c_str());
+      return false;
+    }
+    if (best_isa() != isa_kind::avx512vnni) {
+      std::fprintf(stderr, "troupe: matmul: AMX not used: the fast order's AVX-512 VNNI path is off (matmul path %s)\n",
+                   isa_name(best_isa()));
+      return false;
+    }
+    return true;
+  }();
+  return usable;
+}
+
 packed_weights pack_weights(const weight_view& w) {
   if (!detail::isa_supported(detail::isa_kind::avx512vnni) || detail::best_isa() != detail::isa_kind::avx512vnni) return {};
   if (detail::x16_block_bytes(w.type) == 0 || w.n_in % detail::qk32 != 0 || w.n_out <= 0 || !w.data) return {};
   const int64_t groups = (w.n_out + 15) / 16;
   const size_t group_bytes = detail::packed_group_bytes(w);
   const size_t total = group_bytes * static_cast<size_t>(groups);
-  auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64));
+  // With AMX the tile layout follows the x16 one in the same allocation (see amx_usable).
+  const size_t amx_bytes = detail::amx_usable() ? detail::amx_group_bytes(w.n_in) * static_cast<size_t>(groups) : 0;
+  auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, (total + amx_bytes + 63) / 64 * 64));
   if (!mem) return {};
   for (int64_t g = 0; g < groups; ++g) detail::pack_group(w, g, mem + static_cast<size_t>(g) * group_bytes);
+  for (int64_t g = 0; amx_bytes && g < groups; ++g)
+    detail::amx_pack_group(w.type, mem + static_cast<size_t>(g) * group_bytes, w.n_in,
+                           mem + total + static_cast<size_t>(g) * detail::amx_group_bytes(w.n_in));
   return packed_weights{std::shared_ptr<uint8_t>(mem, [](uint8_t* p) { std::free(p); })};
 }
 

@@ -11,6 +11,9 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -22,6 +25,7 @@
 
 #include "net/auth.hpp"
 #include "net/chat_page.hpp"
+#include "net/detail/conn_stream.hpp"
 #include "net/detail/server_context.hpp"
 #include "net/openai_codec.hpp"
 #include "net/tokenize_codec.hpp"
@@ -63,8 +67,9 @@ constexpr std::chrono::seconds linger_time{5};
 
 class http_session : public std::enable_shared_from_this<http_session> {
  public:
-  http_session(server_context& ctx, tcp::socket&& s, std::shared_ptr<void> slot, std::string refusal) :
-      ctx_(ctx), stream_(std::move(s)), slot_(std::move(slot)), refusal_(std::move(refusal)) {
+  http_session(server_context& ctx, tcp::socket&& s, asio::ssl::context* tls, std::shared_ptr<void> slot,
+               std::string refusal) :
+      ctx_(ctx), stream_(std::move(s), tls), slot_(std::move(slot)), refusal_(std::move(refusal)) {
     ctx_.met.connection_opened(false);
     if (!slot_) ctx_.refusing.fetch_add(1);
   }
@@ -75,10 +80,53 @@ class http_session : public std::enable_shared_from_this<http_session> {
   }
 
   void run() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->do_read(); });
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->stream_.is_tls()) return self->handshake();
+      self->do_read();
+    });
   }
 
  private:
+  // ---- TLS (server.tls_cert) ---------------------------------------------------------------
+  // The handshake has the time a request has to arrive (a stalled one is a slow-loris too).
+  void handshake() {
+    stream_.expires_after(read_time());
+    stream_.tls().async_handshake(asio::ssl::stream_base::server, [self = shared_from_this()](beast::error_code ec) {
+      if (!ec) return self->do_read();
+      // Plain HTTP sent to the TLS port: answered in plain HTTP, as nginx does, so that the
+      // client learns what is wrong instead of seeing a reset.
+      if (ec.category() == asio::error::get_ssl_category() && ERR_GET_REASON(ec.value()) == SSL_R_HTTP_REQUEST)
+        return self->refuse_plain_http();
+      beast::error_code ignored;
+      self->stream_.socket().close(ignored);
+    });
+  }
+
+  void refuse_plain_http() {
+    endpoint_ = "other";
+    ctx_.met.count_request(endpoint_, "400");
+    const std::string body = error_json(bad_status(
+        400, "this port serves HTTPS only (server.tls_cert is set): use https:// (wss:// for WebSocket)",
+        "plain_http_to_tls_port"));
+    plain_answer_ = "HTTP/1.1 400 Bad Request\r\nServer: troupe\r\nContent-Type: application/json\r\n"
+                    "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    closed_ = true;  // no TLS from here on: the bare socket, then the linger as for any refusal
+    asio::async_write(stream_.socket(), asio::buffer(plain_answer_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      beast::error_code ignored;
+      if (ec) {
+        self->stream_.socket().close(ignored);
+        return;
+      }
+      self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      self->linger();
+    });
+  }
+
+  std::chrono::seconds read_time() const {
+    return refusal_.empty() ? ctx_.opts.http_read_timeout
+                            : std::min<std::chrono::seconds>(ctx_.opts.http_read_timeout, linger_time);
+  }
+
   // ---- reading and routing ----------------------------------------------------------------
   void do_read() {
     if (peer_closed_ && buffer_.size() == 0) return close();  // nothing more can come
@@ -86,8 +134,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     parser_->body_limit(ctx_.opts.max_body_bytes);
     parser_->header_limit(16 * 1024);
     // Stalled senders and idle keep-alives go; a refused connection gets a few seconds at most.
-    stream_.expires_after(refusal_.empty() ? ctx_.opts.http_read_timeout
-                                           : std::min<std::chrono::seconds>(ctx_.opts.http_read_timeout, linger_time));
+    stream_.expires_after(read_time());
     // The header first: what it says decides whether the body is read at all.
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
@@ -417,7 +464,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
   template <class Response>
   void write(const std::shared_ptr<Response>& res) {
+    response_writing_ = true;
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
+      self->response_writing_ = false;
       self->flight_.reset();  // the answer is out (or the connection is gone)
       if (ec) return self->close();
       if (!res->keep_alive()) return self->close();
@@ -465,6 +514,18 @@ class http_session : public std::enable_shared_from_this<http_session> {
       request_.cancel();
     }
     hold_self_.reset();
+    if (stream_.is_tls() && !peer_closed_ && !watching_ && !writing_ && !response_writing_) {
+      // TLS: close_notify first, so that the client knows the answer was not cut short. It
+      // waits (at most linger_time) for the client's close_notify, dropping what the client
+      // still sends meanwhile; then the TCP half-close and linger below. With a read or write
+      // under way (a client that went away) there is no TLS to close cleanly: straight to TCP.
+      stream_.expires_after(linger_time);
+      return stream_.tls().async_shutdown([self = shared_from_this()](beast::error_code) { self->close_tcp(); });
+    }
+    close_tcp();
+  }
+
+  void close_tcp() {
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
     if (ec || peer_closed_) {
@@ -478,10 +539,11 @@ class http_session : public std::enable_shared_from_this<http_session> {
     linger();
   }
 
-  // Reads and drops what the client still sends (see linger_bytes), then closes.
+  // Reads and drops what the client still sends (see linger_bytes), then closes. On the TCP
+  // stream even under TLS: the bytes are dropped unread.
   void linger() {
     stream_.expires_after(linger_time);
-    stream_.async_read_some(asio::buffer(drain_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    stream_.next_layer().async_read_some(asio::buffer(drain_), [self = shared_from_this()](beast::error_code ec, size_t n) {
       self->lingered_ += n;
       beast::error_code ignored;
       if (ec || self->lingered_ >= linger_bytes) {
@@ -647,10 +709,16 @@ class http_session : public std::enable_shared_from_this<http_session> {
       }
       if (n_ended_ < choices_.size()) return;
       ended_ = true;
-      // The prompt is counted once (choice 0's, with its prefix-cache share); the completions add up.
+      // The prompt is counted once (choice 0's, with its prefix-cache share); the completions (and
+      // their speculation) add up.
       actors::usage_info usage = choices_[0].usage;
       usage.completion_tokens = 0;
-      for (const auto& ch : choices_) usage.completion_tokens += ch.usage.completion_tokens;
+      usage.speculative_proposed = usage.speculative_accepted = 0;
+      for (const auto& ch : choices_) {
+        usage.completion_tokens += ch.usage.completion_tokens;
+        usage.speculative_proposed += ch.usage.speculative_proposed;
+        usage.speculative_accepted += ch.usage.speculative_accepted;
+      }
       if (!streaming_) {
         completion_result r = head_;
         r.usage = usage;
@@ -782,7 +850,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   // at the next write. One pending read notices it at once (and cancels the request).
   void watch_disconnect() {
     watching_ = true;
-    stream_.socket().async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    stream_.async_read_untimed(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
       self->watching_ = false;
       if (self->closed_) return self->linger();
       if (!ec) {
@@ -827,7 +895,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
   }
 
   server_context& ctx_;
-  beast::tcp_stream stream_;
+  conn_stream stream_;          // plain TCP, or TLS (net/detail/conn_stream.hpp)
+  std::string plain_answer_;    // the 400 to plain HTTP on the TLS port
+  bool response_writing_ = false;  // an http::async_write is under way
   std::shared_ptr<void> slot_;  // this connection's place among the open ones (none: refused)
   std::string refusal_;         // why it is refused
   std::string cors_origin_;     // the request's allowed Origin (empty: none)
@@ -878,8 +948,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
 }  // namespace
 
-void start_http_session(server_context& ctx, tcp::socket socket, std::shared_ptr<void> slot, std::string refusal) {
-  std::make_shared<http_session>(ctx, std::move(socket), std::move(slot), std::move(refusal))->run();
+void start_http_session(server_context& ctx, tcp::socket socket, asio::ssl::context* tls, std::shared_ptr<void> slot,
+                        std::string refusal) {
+  std::make_shared<http_session>(ctx, std::move(socket), tls, std::move(slot), std::move(refusal))->run();
 }
 
 }  // namespace troupe::net::detail

@@ -184,6 +184,13 @@ void write_usage(json_writer& w, const actors::usage_info& u) {
   w.field("prompt_tokens", u.prompt_tokens).field("completion_tokens", u.completion_tokens);
   w.field("total_tokens", u.prompt_tokens + u.completion_tokens);
   w.key("prompt_tokens_details").begin_object().field("cached_tokens", u.cached_prompt_tokens).end_object();
+  // Only where something was proposed: the usage of a request that did not speculate is OpenAI's.
+  if (u.speculative_proposed > 0)
+    w.key("speculative")
+        .begin_object()
+        .field("proposed", u.speculative_proposed)
+        .field("accepted", u.speculative_accepted)
+        .end_object();
   w.end_object();
 }
 

@@ -1,8 +1,9 @@
-// The listener and the server object: binds, accepts (each connection goes to an HTTP session,
-// http_session.cpp), runs the I/O threads, sweeps the resume store, drains and stops.
+// The listener and the server object: loads the TLS context when configured, binds, accepts (each
+// connection goes to an HTTP session, http_session.cpp, over TCP or TLS), runs the I/O threads, sweeps the resume store, drains and stops.
 #include "net/server.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "net/detail/server_context.hpp"
+#include "net/tls_context.hpp"
 
 namespace troupe::net {
 
@@ -33,8 +35,9 @@ class listener : public std::enable_shared_from_this<listener> {
  public:
   // The acceptor runs on a strand (see server::start), and so do its backoff timer and close():
   // with several I/O threads they would otherwise race.
-  listener(server_context& ctx, tcp::acceptor&& a) :
-      ctx_(ctx), acceptor_(std::move(a)), backoff_timer_(acceptor_.get_executor()) {}
+  // `tls`: every connection is TLS (server.tls_cert); null: plain HTTP.
+  listener(server_context& ctx, tcp::acceptor&& a, asio::ssl::context* tls) :
+      ctx_(ctx), acceptor_(std::move(a)), backoff_timer_(acceptor_.get_executor()), tls_(tls) {}
   void accept() {
     acceptor_.async_accept(asio::make_strand(ctx_.ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket s) {
       if (!self->acceptor_.is_open()) return;
@@ -59,7 +62,7 @@ class listener : public std::enable_shared_from_this<listener> {
       if (!slot && self->ctx_.refusing.load() >= max_refusing) {
         s.close(ignored);  // refusals flood in: no answer, the descriptor back at once
       } else {
-        detail::start_http_session(self->ctx_, std::move(s), std::move(slot), std::move(why));
+        detail::start_http_session(self->ctx_, std::move(s), self->tls_, std::move(slot), std::move(why));
       }
       self->accept();
     });
@@ -99,6 +102,7 @@ class listener : public std::enable_shared_from_this<listener> {
   std::chrono::milliseconds backoff_{0};
   std::optional<std::chrono::steady_clock::time_point> last_log_;
   uint64_t failures_ = 0;
+  asio::ssl::context* tls_;
 };
 
 // Descriptors kept for what is not a connection (model and cache files, RocksDB, the cluster
@@ -112,6 +116,7 @@ struct server::impl {
   server_context ctx;
   asio::steady_timer sweeper;
   std::shared_ptr<listener> lis;
+  std::shared_ptr<asio::ssl::context> tls;  // server.tls_cert / tls_key loaded; null: plain HTTP
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::vector<std::thread> threads;
   uint16_t port = 0;
@@ -133,6 +138,13 @@ server::~server() { stop(); }
 
 status server::start() {
   auto& c = impl_->ctx;
+  // TLS only when configured, and then TLS only: no plain-HTTP port beside it (a plain request
+  // gets a 400 saying so, http_session.cpp).
+  if (!c.opts.tls_cert.empty() || !c.opts.tls_key.empty()) {
+    auto tls = load_tls_context(c.opts.tls_cert, c.opts.tls_key);
+    if (!tls) return make_error(tls.error());
+    impl_->tls = std::move(*tls);
+  }
   beast::error_code ec;
   auto addr = asio::ip::make_address(c.opts.host, ec);
   if (ec) return make_error("cannot listen on '" + c.opts.host + "': not an IP address (" + ec.message() + ")");
@@ -157,7 +169,7 @@ status server::start() {
       c.max_connections = static_cast<size_t>(std::max<rlim_t>(1, room));
     }
   }
-  impl_->lis = std::make_shared<listener>(c, std::move(acc));
+  impl_->lis = std::make_shared<listener>(c, std::move(acc), impl_->tls.get());
   impl_->port = impl_->lis->port();
   impl_->lis->accept();
   impl_->sweep();

@@ -90,18 +90,34 @@ std::string token_frame(std::string_view id, int32_t index, std::string_view tex
   return w.take();
 }
 
-std::string done_frame(std::string_view id, const actors::done_event& d) {
+std::string done_frame(std::string_view id, const actors::done_event& d, const std::vector<actors::tool_call>& calls) {
   json_writer w;
   w.begin_object().field("type", "done").field("id", id).field("finish_reason", d.finish_reason);
   if (!d.text.empty()) w.field("text", d.text);
   w.key("usage").begin_object();
   w.field("prompt_tokens", d.usage.prompt_tokens).field("completion_tokens", d.usage.completion_tokens);
-  w.field("cached_prompt_tokens", d.usage.cached_prompt_tokens).end_object();
+  w.field("cached_prompt_tokens", d.usage.cached_prompt_tokens);
+  if (d.usage.speculative_proposed > 0)
+    w.key("speculative")
+        .begin_object()
+        .field("proposed", d.usage.speculative_proposed)
+        .field("accepted", d.usage.speculative_accepted)
+        .end_object();
+  w.end_object();
   w.key("timings").begin_object();
   w.field("queue_ms", d.timings.queue_ms).field("ttft_ms", d.timings.ttft_ms).field("total_ms", d.timings.total_ms);
   w.field("preemptions", d.timings.preemptions).end_object();
   w.field("cached", d.cached);
   if (d.cached) w.field("similarity", d.similarity);
+  if (!calls.empty()) {
+    w.key("tool_calls").begin_array();
+    for (const auto& c : calls) {
+      w.begin_object().field("id", c.id).field("type", "function");
+      w.key("function").begin_object().field("name", c.name).field("arguments", c.arguments).end_object();
+      w.end_object();
+    }
+    w.end_array();
+  }
   w.end_object();
   return w.take();
 }

@@ -35,7 +35,9 @@ struct parsed_frame {
 parsed_frame parse_client_frame(std::string_view text);
 
 std::string token_frame(std::string_view id, int32_t index, std::string_view text);
-std::string done_frame(std::string_view id, const actors::done_event& d);
+// `calls`: the tool calls read from the reply (a request with tools), as OpenAI shapes them.
+std::string done_frame(std::string_view id, const actors::done_event& d,
+                       const std::vector<actors::tool_call>& calls = {});
 std::string error_frame(std::string_view id, std::string_view code, std::string_view message);
 std::string pong_frame();
 

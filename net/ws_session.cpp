@@ -15,8 +15,10 @@
 #include <memory>
 
 #include "net/auth.hpp"
+#include "net/detail/conn_stream.hpp"
 #include "net/detail/server_context.hpp"
 #include "net/ws_protocol.hpp"
+#include "structured/tool_calls.hpp"
 
 namespace troupe::net::detail {
 
@@ -39,7 +41,7 @@ constexpr std::chrono::seconds max_ping_timeout{60};
 
 class ws_session : public std::enable_shared_from_this<ws_session> {
  public:
-  ws_session(server_context& ctx, beast::tcp_stream&& s, std::string owner, std::string tenant, bool authed,
+  ws_session(server_context& ctx, conn_stream&& s, std::string owner, std::string tenant, bool authed,
              std::shared_ptr<void> slot, std::string refusal) :
       ctx_(ctx), ws_(std::move(s)), owner_(std::move(owner)), tenant_(std::move(tenant)), authed_(authed),
       slot_(std::move(slot)), refusal_(std::move(refusal)), idle_timer_(ws_.get_executor()) {
@@ -226,17 +228,32 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     auto& met = ctx_.met;
     const auto window = ctx_.opts.resume_window;
     const std::string id = f.id;
+    // With tools offered the reply is read for calls, which the done frame carries (token frames
+    // carry the text as generated).
+    std::shared_ptr<structured::tool_call_parser> tools;
+    if (!f.spec.tools.empty() && f.spec.tool_choice != actors::tool_choice::none)
+      tools = std::make_shared<structured::tool_call_parser>(ctx_.inf.tool_format());
     // Runs on pipeline threads, one event at a time: records into the stream (which forwards to
     // whoever is attached).
-    auto on_event = [rec, id, &met, recorder = request_recorder(met), window,
-                     hold](const actors::event& e) mutable {
+    auto on_event = [rec, id, &met, recorder = request_recorder(met), window, hold,
+                     tools](const actors::event& e) mutable {
       const auto now = std::chrono::steady_clock::now();
       recorder.record(e, now);
       if (auto* t = std::get_if<actors::token_event>(&e)) {
+        if (tools) tools->push(t->text);
         rec->add_token(t->index, t->text);
       } else if (auto* d = std::get_if<actors::done_event>(&e)) {
-        met.count_request("ws", d->finish_reason);
-        rec->finish(done_frame(id, *d), now, window, std::move(*hold));
+        std::vector<actors::tool_call> calls;
+        actors::done_event done = *d;
+        if (tools) {
+          tools->push(d->text);
+          tools->finish();
+          for (size_t k = 0; k < tools->calls().size(); ++k)
+            calls.push_back({"call_" + id + "_" + std::to_string(k), tools->calls()[k].name, tools->calls()[k].arguments});
+          if (!calls.empty() && done.finish_reason == actors::finish::stop) done.finish_reason = "tool_calls";
+        }
+        met.count_request("ws", done.finish_reason);
+        rec->finish(done_frame(id, done, calls), now, window, std::move(*hold));
       } else {
         const auto& er = std::get<actors::error_event>(e);
         met.count_request("ws", er.code);
@@ -331,7 +348,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   }
 
   server_context& ctx_;
-  websocket::stream<beast::tcp_stream> ws_;
+  websocket::stream<conn_stream> ws_;  // plain or TLS (net/detail/conn_stream.hpp)
   beast::flat_buffer buffer_;
   std::string owner_;
   std::string tenant_;
@@ -358,7 +375,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
 
 }  // namespace
 
-void start_ws_session(server_context& ctx, beast::tcp_stream stream, http::request<http::string_body> req,
+void start_ws_session(server_context& ctx, conn_stream stream, http::request<http::string_body> req,
                       std::string owner, std::string tenant, bool authed, std::shared_ptr<void> slot,
                       std::string refusal) {
   auto s = std::make_shared<ws_session>(ctx, std::move(stream), std::move(owner), std::move(tenant), authed,

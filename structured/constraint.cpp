@@ -22,6 +22,7 @@
 #include "structured/constraint.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <array>
 #include <atomic>
 #include <deque>
@@ -207,6 +208,10 @@ class compiled_constraint {
   std::vector<byte_set> sets;
   std::vector<std::vector<uint32_t>> alts;  // rule -> start positions of its alternatives
   uint32_t root = 0;
+  // The fewest bytes from each position to the end of its alternative (calls at their rules'
+  // shortest), and each rule's shortest sentence: how far a state is from a complete output.
+  std::vector<int64_t> min_from;
+  std::vector<int64_t> min_rule;
 
   // The mask cache: state key -> mask. Bounded; the oldest entries go first.
   mutable std::shared_mutex mu;
@@ -282,6 +287,33 @@ class compiled_constraint {
       }
     }
     root = g.root;
+    shortest();
+  }
+
+  // Fixed point of the shortest lengths (the grammar has no rule that cannot finish: gbnf refuses
+  // those, so every length is finite).
+  void shortest() {
+    constexpr int64_t inf = int64_t{1} << 40;
+    min_rule.assign(alts.size(), inf);
+    min_from.assign(syms.size() + 1, 0);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = syms.size(); i-- > 0;) {
+        const sym& y = syms[i];
+        int64_t v = 0;
+        if (y.kind == sym_kind::bytes) v = std::min(inf, 1 + min_from[i + 1]);
+        else if (y.kind == sym_kind::ref) v = std::min(inf, min_rule[y.arg] + min_from[i + 1]);
+        min_from[i] = v;
+      }
+      for (size_t r = 0; r < alts.size(); ++r) {
+        int64_t best = inf;
+        for (uint32_t a : alts[r]) best = std::min(best, min_from[a]);
+        if (best < min_rule[r]) {
+          min_rule[r] = best;
+          changed = true;
+        }
+      }
+    }
   }
 };
 
@@ -525,6 +557,66 @@ bool matcher::accept(int32_t token) {
   s_->st = std::move(cur);
   ++s_->n;
   return true;
+}
+
+namespace {
+
+// The fewest bytes that complete the output from `st`, and the stack that does it.
+int64_t min_to_end(const compiled_constraint& c, const rstate& st, const stack** best) {
+  int64_t m = st.accepting ? 0 : std::numeric_limits<int64_t>::max();
+  if (best) *best = nullptr;
+  if (m == 0) return 0;
+  for (const auto& s : st.stacks) {
+    int64_t cost = 0;
+    for (uint32_t pos : s) cost += c.min_from[pos];
+    if (cost < m) {
+      m = cost;
+      if (best) *best = &s;
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+int64_t matcher::min_bytes_to_end() const {
+  if (s_->ended) return 0;
+  return min_to_end(*s_->c, s_->st, nullptr);
+}
+
+std::string matcher::shortest_completion() const {
+  std::string out;
+  if (s_->ended) return out;
+  const auto& c = *s_->c;
+  rstate st = s_->st;
+  for (;;) {
+    const stack* best = nullptr;
+    if (min_to_end(c, st, &best) == 0 || !best) return out;
+    // Any byte of the best stack's top set takes it one byte closer (min_from[top] is 1 + the rest):
+    // the lowest printable one, else the lowest.
+    const byte_set& set = c.sets[c.syms[best->back()].arg];
+    int chosen = -1;
+    for (int b = 0x20; b < 0x7f && chosen < 0; ++b)
+      if (has_byte(set, static_cast<uint8_t>(b))) chosen = b;
+    for (int b = 0; b < 256 && chosen < 0; ++b)
+      if (has_byte(set, static_cast<uint8_t>(b))) chosen = b;
+    if (chosen < 0) return out;
+    out += static_cast<char>(chosen);
+    st = advance(c, st, static_cast<uint8_t>(chosen));
+  }
+}
+
+void matcher::closing_tokens(std::vector<uint64_t>& mask) {
+  const auto& c = *s_->c;
+  const int32_t n = c.vocab->n_vocab();
+  mask.assign((static_cast<size_t>(n) + 63) / 64, 0);
+  const std::string rest = shortest_completion();
+  if (rest.empty()) return;
+  for (int32_t t = 0; t < n; ++t) {
+    const std::string& b = c.vocab->bytes(t);
+    if (!b.empty() && b.size() <= rest.size() && rest.compare(0, b.size(), b) == 0)
+      mask[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
+  }
 }
 
 bool matcher::can_end() const { return s_->ended || s_->st.accepting; }

@@ -97,6 +97,13 @@ class matcher {
   bool can_end() const;
   // Complete, and no byte may follow: only ending is allowed.
   bool must_end() const;
+  // The fewest bytes that complete the output from here (0 when it may end now), and those bytes
+  // (each step the lowest printable byte that keeps to the shortest way).
+  int64_t min_bytes_to_end() const;
+  std::string shortest_completion() const;
+  // The tokens whose bytes begin shortest_completion(): what closes the output soonest, for when
+  // the request's token budget is about to run out (mask_logits).
+  void closing_tokens(std::vector<uint64_t>& mask);
   int64_t n_accepted() const;  // tokens accepted so far
 
  private:

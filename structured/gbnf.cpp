@@ -423,8 +423,22 @@ class parser {
         }
       }
     }
-    for (size_t r = 0; r < n; ++r)
-      if (!productive[r]) return make_error("grammar: rule '" + user_name(static_cast<uint32_t>(r)) + "' can never finish (every alternative needs it again)");
+    // Name the rule whose every alternative needs itself, rather than one that merely uses it.
+    int32_t stuck = -1;
+    for (size_t r = 0; r < n && stuck < 0; ++r) {
+      if (productive[r]) continue;
+      bool self_every = true;
+      for (const auto& alt : g_.rules[r].alts)
+        self_every = self_every && std::any_of(alt.begin(), alt.end(), [&](const gbnf_symbol& s) {
+                       return s.t == gbnf_symbol::type::rule && s.rule == r;
+                     });
+      if (self_every) stuck = static_cast<int32_t>(r);
+    }
+    for (size_t r = 0; r < n && stuck < 0; ++r)
+      if (!productive[r]) stuck = static_cast<int32_t>(r);
+    if (stuck >= 0)
+      return make_error("grammar: rule '" + user_name(static_cast<uint32_t>(stuck)) +
+                        "' can never finish (every alternative needs it again)");
 
     // Left recursion: a rule reachable from itself through the leading symbols of alternatives
     // (a nullable leading rule lets the next symbol lead too). The matcher expands leading rules

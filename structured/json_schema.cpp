@@ -276,7 +276,8 @@ class generator {
       }
       element target;
       if (auto st = resolve(r, ptr, target); !st) return st;
-      const std::string name = fresh(sanitize(r.substr(r.rfind('/') + 1)));
+      // "def-": a definition named like a shared rule ("string") must not take its name.
+      const std::string name = fresh("def-" + sanitize(r.substr(r.rfind('/') + 1)));
       refs_[r] = name;
       const size_t slot = rules_.size();
       rules_.emplace_back(name, "");

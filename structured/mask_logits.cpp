@@ -6,9 +6,11 @@
 namespace troupe::structured {
 
 void mask_logits(matcher& m, float* logits, int32_t n_vocab, const std::vector<int32_t>& eog,
-                 std::vector<uint64_t>& mask) {
+                 std::vector<uint64_t>& mask, int64_t remaining) {
   const bool must_end = m.must_end();
-  if (!must_end) m.allowed_tokens(mask);
+  const bool closing = remaining > 0 && !must_end && remaining - 1 <= m.min_bytes_to_end() + closing_margin;
+  if (closing) m.closing_tokens(mask);
+  else if (!must_end) m.allowed_tokens(mask);
   const float ninf = -std::numeric_limits<float>::infinity();
   std::vector<float> kept;  // the eog tokens' own logits, put back where ending is allowed
   kept.reserve(eog.size());

@@ -11,8 +11,14 @@
 
 namespace troupe::structured {
 
+// `remaining`: the tokens the request may still generate, this one included (0: no bound known).
+// When it runs short — no more than the bytes that close the output (each token makes at least
+// one), the end token and `closing_margin` besides — only tokens along the shortest completion
+// are allowed, so that a structured output ends complete rather than cut off at max_tokens.
+inline constexpr int64_t closing_margin = 16;
+
 // `mask` is scratch space for the allowed-token bits (kept by the caller to reuse its memory).
 void mask_logits(matcher& m, float* logits, int32_t n_vocab, const std::vector<int32_t>& eog,
-                 std::vector<uint64_t>& mask);
+                 std::vector<uint64_t>& mask, int64_t remaining = 0);
 
 }  // namespace troupe::structured

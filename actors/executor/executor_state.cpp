@@ -171,7 +171,7 @@ step_result executor_state::run(const step_plan& plan) {
     if (j.m) {
       thread_local std::vector<uint64_t> bits;
       masked.assign(j.logits, j.logits + n_vocab);
-      structured::mask_logits(*j.m, masked.data(), n_vocab, eog_, bits);
+      structured::mask_logits(*j.m, masked.data(), n_vocab, eog_, bits, e.remaining);
       logits = masked.data();
     }
     j.sample = model::sample_token(logits, n_vocab, e.sampling, *window, e.n_generated + j.pos, e.logprob);

@@ -159,6 +159,9 @@ using router_actor = caf::typed_actor<
     caf::replies_to<stats_atom>::with<router_stats>,
     caf::reacts_to<links_atom, pipeline_links>,
     caf::replies_to<route_atom, router_config>::with<bool>,  // a new policy; error: keeps the old
-    caf::reacts_to<tick_atom>>;
+    caf::reacts_to<tick_atom>,
+    // From the supervisor: the local scheduler crashed and was restarted (why); its requests
+    // continue from the tokens already delivered.
+    caf::reacts_to<restart_atom, std::string>>;
 
 }  // namespace troupe::actors

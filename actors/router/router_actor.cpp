@@ -208,6 +208,15 @@ router_actor::behavior_type router_fn(self_ptr self, router_options opts) {
         self->state.st->set_policy(std::move(c), std::move(p.value()));
         return true;
       },
+      [=](restart_atom, const std::string& why) {
+        // The crashed scheduler's outputs reached this mailbox before the supervisor's message
+        // (it sent them before it died, and the supervisor learnt of its death after): what
+        // was delivered is final, and the continuations start right after it.
+        auto& s = self->state;
+        if (!s.local_added) return;
+        s.st->restarted(0, why, now_us());
+        apply(self);
+      },
       [=](tick_atom) {
         auto& s = self->state;
         poll_local(self);

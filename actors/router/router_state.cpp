@@ -97,14 +97,35 @@ void router_state::kill(uint64_t replica_id, const std::string& why, int64_t now
   fx_.log.push_back(label + " is dead (" + why + "); " + std::to_string(orphans.size()) +
                     " request(s) in flight there continue elsewhere");
 
-  for (uint64_t id : orphans) {
+  continue_lost(std::move(orphans), label, "died (" + why + ")", now_us);
+}
+
+void router_state::restarted(uint64_t replica_id, const std::string& why, int64_t now_us) {
+  auto it = replicas_.find(replica_id);
+  if (it == replicas_.end() || it->second.state == dead) return;
+  const std::string label = replica_label(replica_id, it->second.name);
+  it->second.prefixes.clear();  // its prefix cache went with it
+  it->second.prefix_lru.clear();
+  std::vector<uint64_t> lost;
+  for (const auto& [id, f] : flights_)
+    if (f.replica == replica_id) lost.push_back(id);
+  std::sort(lost.begin(), lost.end());
+  fx_.log.push_back(label + " lost its requests (" + why + "); " + std::to_string(lost.size()) +
+                    " request(s) continue from the tokens already delivered");
+  continue_lost(std::move(lost), label, "lost its requests (" + why + ")", now_us);
+}
+
+void router_state::continue_lost(std::vector<uint64_t> ids, const std::string& label, const std::string& what,
+                                 int64_t now_us) {
+  for (uint64_t id : ids) {
     flight& f = flights_.at(id);
+    const uint64_t from = f.replica;
     release(f);
     const auto n = static_cast<int32_t>(f.delivered.size());
     const bool ended_by_eog = !f.delivered.empty() && std::find(f.original.eog.begin(), f.original.eog.end(),
                                                                 f.delivered.back()) != f.original.eog.end();
     if (n >= f.original.max_tokens || ended_by_eog) {
-      // Everything was delivered but the finish, which died with the replica: finish it here.
+      // Everything was delivered but the finish, which was lost with the replica: finish it here.
       seq_finished done;
       done.id = id;
       done.reason = ended_by_eog ? finish::stop : finish::length;
@@ -116,17 +137,17 @@ void router_state::kill(uint64_t replica_id, const std::string& why, int64_t now
     }
     if (place(id, now_us)) {
       ++migrations_;
-      fx_.log.push_back("request " + std::to_string(id) + " moved from replica " + std::to_string(replica_id) +
-                        " to " + std::to_string(flights_.at(id).replica) + " after " + std::to_string(n) + " tokens");
+      fx_.log.push_back("request " + std::to_string(id) + " moved from replica " + std::to_string(from) + " to " +
+                        std::to_string(flights_.at(id).replica) + " after " + std::to_string(n) + " tokens");
       continue;
     }
     ++refused_;
     fx_.to_streamer.failed.push_back(seq_failed{
         id, errc::no_replica,
-        label + " died (" + why + ") after " + std::to_string(n) +
+        label + " " + what + " after " + std::to_string(n) +
             " tokens of this request, and no engine replica is left to continue it (" + no_replica_reason() + ")"});
-    fx_.log.push_back("request " + std::to_string(id) + " failed: no replica to continue it after " + label +
-                      " died");
+    fx_.log.push_back("request " + std::to_string(id) + " failed: no replica to continue it after " + label + " " +
+                      what);
     flights_.erase(id);
   }
 }

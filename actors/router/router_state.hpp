@@ -47,6 +47,9 @@ class router_state {
   // The replica is gone (connection down, or silent): its requests continue elsewhere
   // (migration) or, with no replica left, fail with errc::no_replica naming the cause.
   void kill(uint64_t replica, const std::string& why, int64_t now_us);
+  // The replica lost its requests but lives on (the local scheduler crashed and was restarted):
+  // each continues from the tokens already delivered, placed again like a dead replica's.
+  void restarted(uint64_t replica, const std::string& why, int64_t now_us);
   // Kills every replica silent for longer than dead_after_ms; returns their ids.
   std::vector<uint64_t> expire(int64_t now_us);
   bool live(uint64_t replica) const;
@@ -116,6 +119,9 @@ class router_state {
   void remember_prefix(replica& r, const std::vector<int32_t>& tokens);
   // Tokens of `tokens`' leading whole blocks that `r` holds, by its summary.
   static int32_t prefix_hit(const replica& r, const std::vector<uint64_t>& hashes);
+  // Places again the requests `ids` that `label` lost (`what` happened to it): finished when
+  // everything was delivered, continued elsewhere, or failed with errc::no_replica.
+  void continue_lost(std::vector<uint64_t> ids, const std::string& label, const std::string& what, int64_t now_us);
   // Why no replica can take a request, for the failure's message.
   std::string no_replica_reason() const;
 

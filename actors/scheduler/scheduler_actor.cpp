@@ -38,6 +38,9 @@ using self_ptr = scheduler_actor::stateful_pointer<scheduler_actor_state>;
 void pump(self_ptr self);
 
 void flush(self_ptr self) {
+  // A restarted scheduler may get requests (the router's continuations) before the supervisor's
+  // links: its output waits for them rather than get lost.
+  if (!self->state.links.router) return;
   auto out = self->state.sched->take_output();
   if (out.empty()) return;
   // Outputs go up to the router (on a worker: its door to the front's router), which passes on

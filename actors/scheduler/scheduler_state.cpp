@@ -6,6 +6,9 @@ namespace troupe::actors {
 
 namespace {
 constexpr int64_t tombstone_ttl_us = 60'000'000;
+// Failed steps a sequence may be caught in before it fails without having failed alone: a fault
+// that comes and goes must not keep a request (and the batch around it) retrying for ever.
+constexpr int32_t max_step_faults = 3;
 
 template <class T>
 void erase_value(std::vector<T>& v, const T& x) {
@@ -134,6 +137,7 @@ step_entry scheduler_state::make_entry(seq& s, int32_t n, int64_t now_us) const 
       e.constraint = s.req.constraint;
       const auto known_generated = std::min<size_t>(s.tokens.size(), static_cast<size_t>(s.req.generated_before + s.generated));
       e.generated.assign(s.tokens.end() - static_cast<long>(known_generated), s.tokens.end());
+      e.remaining = std::max<int32_t>(1, s.req.max_tokens - s.generated - s.pending_samples);
     }
   }
   return e;
@@ -194,6 +198,11 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
   expire(now_us);
   release_pads_if_batch_done();
 
+  // Fault isolation: a suspect runs alone, with nothing else in flight, so that a failure of its
+  // step is its own.
+  const uint64_t solo = next_suspect();
+  if (solo && !inflight_.empty()) return std::nullopt;
+
   draft d;
   d.budget = cfg_.max_batched_tokens;
   bool preempted = false;
@@ -215,6 +224,7 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
     if (d.budget <= 0) break;
     auto& s = seqs_.at(id);
     if (s.ph != phase::running) continue;  // preempted above as a victim
+    if (solo && id != solo) continue;
     if (s.pad || (done_sampling(s) && policy_->pads_finished())) {
       // Dense batch: a finished member (or one whose last sample is in flight) goes on being
       // computed, one position per step, while there is room; then it lets go of its slot.
@@ -264,7 +274,7 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
   }
 
   // 2. Waiting sequences join while the budget, the batch size and KV memory allow.
-  if (!preempted && policy_->admits_new(bv)) {
+  if (!preempted && (solo || policy_->admits_new(bv))) {
     sort_by_policy(waiting_, now_us);
     const auto queue = waiting_;
     std::vector<int32_t> member_prompts;  // of running_, for policy_->admits()
@@ -274,13 +284,15 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
       // A preempted sequence whose last sample is still in flight waits for it, and a paused
       // one for its consumer.
       if (s.pending_samples > 0 || s.paused) continue;
+      // A suspect joins no batch; it runs alone (above).
+      if (solo ? id != solo : s.suspect) continue;
       if (member_prompts.size() != running_.size()) {  // first time, or a victim left the batch
         member_prompts.clear();
         for (auto r : running_) member_prompts.push_back(seqs_.at(r).n_prompt);
       }
-      if (!policy_->admits(view(s), bv, member_prompts, now_us)) continue;
+      if (!solo && !policy_->admits(view(s), bv, member_prompts, now_us)) continue;
       if (static_cast<int32_t>(running_.size()) >= bv.max_num_seqs) {
-        auto victim = priority_victim(s, now_us);
+        auto victim = solo ? kv_victim(d, id) : priority_victim(s, now_us);
         if (!victim) break;
         unschedule(d, *victim);
         preempt(*victim);
@@ -289,7 +301,7 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
       const int32_t n = std::min(virtual_len(s) - cached, d.budget);
       bool ok = kv_.reserve(id, cached + n);
       while (!ok) {
-        auto victim = priority_victim(s, now_us);
+        auto victim = solo ? kv_victim(d, id) : priority_victim(s, now_us);
         if (!victim) break;
         unschedule(d, *victim);
         preempt(*victim);
@@ -326,6 +338,7 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
   inflight_step rec;
   rec.step = p.step;
   rec.planned_us = now_us;
+  rec.solo = solo != 0;
   for (auto& e : d.entries) {
     auto& s = seqs_.at(e.seq_id);
     const int32_t n = e.n_fed();
@@ -455,8 +468,7 @@ void scheduler_state::apply(const step_result& r, int64_t now_us) {
   st_.sample_us += r.sample_us;
 
   if (!r.error.empty()) {
-    for (const auto& e : rec.entries)
-      if (seqs_.count(e.id)) fail(e.id, errc::executor_fault, "model step failed: " + r.error);
+    step_failed(rec, "model step failed: " + r.error);
     return;
   }
   size_t k = 0;
@@ -470,6 +482,7 @@ void scheduler_state::apply(const step_result& r, int64_t now_us) {
     auto it = seqs_.find(e.id);
     if (it == seqs_.end()) continue;  // dropped or finished meanwhile
     auto& s = it->second;
+    if (e.kv_epoch < s.discard_below_epoch) continue;  // planned before a fault it was caught in
     if (!e.pad) tenant_fed[s.req.tenant] += e.n_fed;
     const bool kv_current = s.has_kv && e.kv_epoch == s.kv_epoch;
     if (kv_current) s.n_computed += e.n_fed;
@@ -482,6 +495,10 @@ void scheduler_state::apply(const step_result& r, int64_t now_us) {
         fail(e.id, errc::executor_fault,
              t && !t->error.empty() ? t->error : "the executor's answer lacks a sample for this request");
         continue;
+      }
+      if (s.suspect && rec.solo) {  // it ran alone and sampled: cleared
+        s.suspect = false;
+        erase_value(suspects_, e.id);
       }
       if (e.proposed > 0) apply_speculation(s, e, *t);
       else take_sample(s, *t);
@@ -512,28 +529,74 @@ void scheduler_state::feed_back(const inflight_step& rec, const step_result& r, 
 }
 
 void scheduler_state::reset_executor(const std::string& reason) {
+  // The executor runs steps in order: the oldest step in flight is the one that failed; the
+  // later ones never ran.
+  std::optional<inflight_step> failed;
+  if (!inflight_.empty()) failed = std::move(inflight_.front());
   inflight_.clear();
-  std::vector<uint64_t> ids, pads;
+  std::vector<uint64_t> pads;
   for (const auto& [id, s] : seqs_)
-    (s.pad ? pads : ids).push_back(id);
+    if (s.pad) pads.push_back(id);
   for (auto id : pads) remove(id);
-  ids.erase(std::remove_if(ids.begin(), ids.end(),
-                           [&](uint64_t id) {
-                             const auto& s = seqs_.at(id);
-                             return !(s.started || s.pending_samples > 0 || s.has_kv);
-                           }),
-            ids.end());
-  std::sort(ids.begin(), ids.end());
-  for (auto id : ids) fail(id, errc::executor_fault, reason);
+  if (failed) step_failed(*failed, reason);
   // The new executor's KV memory holds nothing: forget every cached prefix as well.
   kv_ = model::kv_manager(geo_.n_blocks, geo_.block_size, cfg_.prefix_caching);
   for (auto& [id, s] : seqs_) {
     s.has_kv = false;
-    s.n_computed = s.n_scheduled = 0;
-    s.pending_samples = 0;
-    s.spec_inflight = false;
-    ++s.kv_epoch;
+    requeue_for_recompute(s);
   }
+}
+
+void scheduler_state::requeue_for_recompute(seq& s) {
+  const uint64_t id = s.req.id;
+  if (s.has_kv) kv_.free_sequence(id);
+  s.has_kv = false;
+  s.n_computed = s.n_scheduled = 0;
+  // Samples in flight will never come (or come from a step whose input was lost): the sequence
+  // goes on from the tokens it has.
+  s.pending_samples = 0;
+  s.spec_inflight = false;
+  ++s.kv_epoch;
+  s.discard_below_epoch = s.kv_epoch;
+  if (s.ph == phase::running) {
+    erase_value(running_, id);
+    waiting_.insert(waiting_.begin(), id);
+    s.ph = phase::waiting;
+  }
+}
+
+void scheduler_state::step_failed(const inflight_step& rec, const std::string& why) {
+  std::vector<uint64_t> ids;
+  for (const auto& e : rec.entries)
+    if (!e.pad && seqs_.count(e.id) && !seqs_.at(e.id).pad) ids.push_back(e.id);
+  for (const auto& e : rec.entries)  // padding of a dense batch: nothing to recompute
+    if (e.pad || (seqs_.count(e.id) && seqs_.at(e.id).pad)) remove(e.id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (auto id : ids) {
+    auto& s = seqs_.at(id);
+    ++s.faults;
+    if (ids.size() == 1 || s.faults >= max_step_faults) {
+      // Alone in its step, it is the cause; or it has been in too many failed steps.
+      fail(id, errc::executor_fault,
+           ids.size() == 1 ? why : why + " (in " + std::to_string(s.faults) + " failed steps)");
+      continue;
+    }
+    requeue_for_recompute(s);
+    if (!s.suspect) {
+      s.suspect = true;
+      suspects_.push_back(id);
+    }
+  }
+}
+
+uint64_t scheduler_state::next_suspect() const {
+  for (auto id : suspects_) {
+    const auto& s = seqs_.at(id);
+    // A paused suspect waits for its consumer; the others go meanwhile.
+    if (!s.paused && s.pending_samples == 0) return id;
+  }
+  return 0;
 }
 
 void scheduler_state::fail_all(const std::string& code, const std::string& message) {
@@ -624,9 +687,11 @@ void scheduler_state::reconfigure(scheduler_config cfg, std::unique_ptr<scheduli
 void scheduler_state::remove(uint64_t id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
-  if (auto p = proposers_.find(it->second.spec_method); p != proposers_.end()) p->second->on_end(id, it->second.tokens);
+  // Every proposer hears of it: one that learns from recent outputs learns from all requests.
+  for (auto& p : proposers_) p.second->on_end(id, it->second.tokens, it->second.n_prompt);
   if (it->second.has_kv) kv_.free_sequence(id);
   erase_value(it->second.ph == phase::running ? running_ : waiting_, id);
+  if (it->second.suspect) erase_value(suspects_, id);
   seqs_.erase(it);
 }
 

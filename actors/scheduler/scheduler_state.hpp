@@ -17,6 +17,14 @@
 // produced, and the KV of rejected positions is cut off (kv_manager::truncate) before anything
 // hashes it. How many tokens such a step yields is known only when its answer is in, so a
 // speculating sequence is not pipelined: it is planned again after its answer (the others are).
+//
+// Fault isolation: when a step fails (the executor answers with an error, throws, or times out)
+// its sequences are not failed together, since usually one of them is the cause. They are queued
+// again for recompute (their tokens are kept) and become suspects; each suspect then runs alone,
+// one step at a time with nothing else in flight, until it has sampled a token. A suspect that
+// fails alone is the culprit and gets the error; one that passes rejoins the batch. A sequence
+// caught in three failed steps fails even if it never failed alone, which bounds the
+// retries when a fault comes and goes.
 #include <algorithm>
 #include <cstdint>
 #include <deque>
@@ -54,7 +62,10 @@ class scheduler_state {
   // Takes the executor's answer for the oldest step in flight.
   void apply(const step_result& r, int64_t now_us);
   // The executor failed (or its step failed or timed out) and will be replaced, losing its KV
-  // memory: requests that started fail with `reason`; requests that had not started stay queued.
+  // memory. Every request stays: started ones are queued again for recompute from their tokens
+  // (what they generated is kept). The sequences of the step that failed become suspects (see
+  // fault isolation below); a step of one sequence that failed names its culprit, which fails
+  // with errc::executor_fault and `reason`.
   void reset_executor(const std::string& reason);
   // Fails every request (there is no executor any more).
   void fail_all(const std::string& code, const std::string& message);
@@ -108,6 +119,11 @@ class scheduler_state {
     int32_t spec_skip = 0;
     int32_t spec_proposed = 0;
     int32_t spec_accepted = 0;
+    // Fault isolation: answers of steps planned before the fault (kv_epoch below this) are
+    // thrown away, samples included; the failed steps it was in; whether it must run alone.
+    uint32_t discard_below_epoch = 0;
+    int32_t faults = 0;
+    bool suspect = false;
   };
   struct inflight_entry {
     uint64_t id;
@@ -121,6 +137,7 @@ class scheduler_state {
     uint64_t step;
     std::vector<inflight_entry> entries;
     int64_t planned_us = 0;
+    bool solo = false;               // a suspect run alone (fault isolation)
   };
   // A step being put together by plan().
   struct draft {
@@ -141,6 +158,13 @@ class scheduler_state {
   std::optional<uint64_t> priority_victim(const seq& waiting, int64_t now_us) const;
   void finish(uint64_t id, const std::string& reason);
   void fail(uint64_t id, const std::string& code, const std::string& message);
+  // Fault isolation: the failed step `rec` (its error `why`): its culprit fails when it ran
+  // alone, otherwise its sequences are queued again as suspects.
+  void step_failed(const inflight_step& rec, const std::string& why);
+  // Forgets `s`'s KV and every answer in flight for it; it waits to be computed again.
+  void requeue_for_recompute(seq& s);
+  // The suspect to run alone next (0: none can run now).
+  uint64_t next_suspect() const;
   void remove(uint64_t id);
   void release_pads_if_batch_done();
   step_entry make_pad_entry(const seq& s) const;
@@ -177,6 +201,7 @@ class scheduler_state {
   std::deque<inflight_step> inflight_;
   std::unordered_map<uint64_t, int64_t> tombstones_;  // dropped before they arrived: id -> when
   std::map<std::string, std::unique_ptr<proposer>> proposers_;
+  std::vector<uint64_t> suspects_;  // in the order they are run alone
   uint64_t next_step_ = 1;
   int64_t last_answer_us_ = 0;  // when the executor's last answer came (steps run one after another)
   step_output out_;

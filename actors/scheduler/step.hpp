@@ -35,6 +35,7 @@ struct step_entry {
   // restart, on another replica).
   structured::constraint_spec constraint;
   std::vector<int32_t> generated;
+  int32_t remaining = 0;             // with a constraint: tokens it may still generate, this one included
   // Speculative decoding: tokens guessed to follow, fed after the others. The executor samples
   // the last fed token's position and every proposed one (draw n_generated + j for the j-th), and
   // keeps the proposed tokens up to the first that differs from its sample, plus that sample
@@ -49,7 +50,7 @@ struct step_entry {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_entry& x) {
   return f(caf::meta::type_name("step_entry"), x.seq_id, x.tokens, x.feed_last_sample, x.n_past, x.block_table,
-           x.sample, x.sampling, x.logprob, x.recent, x.n_generated, x.n_prompt, x.constraint, x.generated, x.proposal);
+           x.sample, x.sampling, x.logprob, x.recent, x.n_generated, x.n_prompt, x.constraint, x.generated, x.remaining, x.proposal);
 }
 
 struct step_plan {

@@ -89,6 +89,8 @@ void streamer_state::end(stream& s, const std::string& reason, const usage_info&
   d.usage.prompt_tokens = s.info.prompt_tokens;
   d.usage.completion_tokens = s.next_index;
   d.usage.cached_prompt_tokens = u.cached_prompt_tokens;
+  d.usage.speculative_proposed = u.speculative_proposed;
+  d.usage.speculative_accepted = u.speculative_accepted;
   d.timings.queue_ms = queue_ms;
   d.timings.ttft_ms = s.first_token_us ? static_cast<double>(s.first_token_us - s.info.arrival_us) / 1000.0 : 0.0;
   d.timings.total_ms = static_cast<double>(now_us - s.info.arrival_us) / 1000.0;

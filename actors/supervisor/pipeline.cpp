@@ -159,9 +159,16 @@ void restart(self_ptr self, const std::string& role, const std::string& reason) 
     st.links.scheduler =
         adopt(self, spawn_scheduler(sys, scheduler_opts(st), caf::actor_cast<executor_actor>(st.links.executor)));
     wire(self);
-    // Its sequences are gone: their streams end with an error.
-    self->send(caf::actor_cast<streamer_actor>(st.links.streamer), fail_atom::value, uint64_t{0},
-               std::string(errc::internal), "the scheduler failed and was restarted: " + reason);
+    // Its sequences are gone. The router knows each one's tokens delivered so far and places
+    // them again as continuations (after the links just sent, so they reach the new scheduler).
+    // A worker has no router of its own (its door leads to the front's): there the streams end
+    // with an error.
+    if (!st.upstream)
+      self->send(caf::actor_cast<router_actor>(st.links.router), restart_atom::value,
+                 "the scheduler failed and was restarted: " + reason);
+    else
+      self->send(caf::actor_cast<streamer_actor>(st.links.streamer), fail_atom::value, uint64_t{0},
+                 std::string(errc::internal), "the scheduler failed and was restarted: " + reason);
   } else if (role == "streamer") {
     st.links.streamer = adopt(self, spawn_streamer(sys, st.cfg.streamer, st.codec));
     wire(self);

@@ -263,6 +263,12 @@ class pipeline_inference : public net::inference {
     g += "# HELP troupe_prefix_cache_hit_tokens_scheduler_total Prompt tokens reused from the prefix cache.\n"
          "# TYPE troupe_prefix_cache_hit_tokens_scheduler_total counter\n"
          "troupe_prefix_cache_hit_tokens_scheduler_total " + std::to_string(st->prefix_hit_tokens) + "\n";
+    g += "# HELP troupe_spec_proposed_total Speculative tokens proposed for verification.\n"
+         "# TYPE troupe_spec_proposed_total counter\n"
+         "troupe_spec_proposed_total " + std::to_string(st->spec_proposed) + "\n";
+    g += "# HELP troupe_spec_accepted_total Speculative tokens the model accepted (each saves a decode step).\n"
+         "# TYPE troupe_spec_accepted_total counter\n"
+         "troupe_spec_accepted_total " + std::to_string(st->spec_accepted) + "\n";
     std::string health;
     if (auto rs = p->get_router_stats(std::chrono::seconds(2))) {
       g += router_metrics(*rs);
@@ -550,7 +556,7 @@ int run_serve(const serve_options& o) {
     return 1;
   }
   auto& s = *inst.value();
-  const std::string base = "http://" + o.config.server.host + ":" + std::to_string(s.port());
+  const std::string base = std::string(o.config.server.tls_cert.empty() ? "http://" : "https://") + o.config.server.host + ":" + std::to_string(s.port());
   std::printf("troupe serve: listening on %s, loading %s ...\n", base.c_str(), o.config.model.path.c_str());
   std::fflush(stdout);
   bool announced = false;

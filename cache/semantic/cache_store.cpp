@@ -1,10 +1,14 @@
 #include "cache/semantic/cache_store.hpp"
 
+#include <cstdarg>
+#include <cstdio>
 #include <filesystem>
 
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
+#include <spdlog/spdlog.h>
 
 namespace troupe::cache {
 
@@ -23,6 +27,22 @@ uint64_t id_of(const rocksdb::Slice& k) {
   return id;
 }
 
+// RocksDB's messages go to spdlog instead of its LOG file: that file is one more writer on the
+// cache's disk, and when the disk fills Debian's librocksdb (built with assertions) aborts the
+// process on the next line it appends, even once the cache has turned itself off.
+class spdlog_rocksdb_logger final : public rocksdb::Logger {
+ public:
+  spdlog_rocksdb_logger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  void Logv(const char* format, va_list ap) override { Logv(rocksdb::InfoLogLevel::INFO_LEVEL, format, ap); }
+  void Logv(const rocksdb::InfoLogLevel level, const char* format, va_list ap) override {
+    if (level < GetInfoLogLevel()) return;
+    char buf[1024];
+    std::vsnprintf(buf, sizeof buf, format, ap);
+    if (level >= rocksdb::InfoLogLevel::ERROR_LEVEL) spdlog::error("troupe: rocksdb: {}", buf);
+    else spdlog::warn("troupe: rocksdb: {}", buf);
+  }
+};
+
 bool is_id_key(const rocksdb::Slice& k, char kind) { return k.size() == 9 && k[0] == kind; }
 
 }  // namespace
@@ -34,7 +54,10 @@ result<std::unique_ptr<cache_store>> cache_store::open(const store_options& o) {
   ro.create_if_missing = true;
   ro.paranoid_checks = true;
   ro.max_background_jobs = 2;
-  ro.keep_log_file_num = 4;
+  ro.info_log = std::make_shared<spdlog_rocksdb_logger>();
+  // The log holds every write already; a memtable flush at close would write a table file, on a
+  // disk that may be full (see semantic_cache::disk_too_full).
+  ro.avoid_flush_during_shutdown = true;
   // Point-in-time recovery: after a crash, everything up to the last complete log record.
   ro.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
   // RocksDB creates the last folder only; the default path ("data/semantic-cache") has two.

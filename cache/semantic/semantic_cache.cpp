@@ -1,5 +1,7 @@
 #include "cache/semantic/semantic_cache.hpp"
 
+#include <sys/statvfs.h>
+
 #include <chrono>
 
 #include <spdlog/spdlog.h>
@@ -226,6 +228,7 @@ std::optional<semantic_hit> semantic_cache::serve(uint64_t id, const fingerprint
     ++(exact ? st_.exact_hits : st_.semantic_hits);
   }
   run_async([this, id, now, hits] {
+    if (!enabled_ || !may_write(64)) return;
     if (auto s = store_->put_hit_stats(id, now, hits); !s) {
       std::lock_guard<std::mutex> lock(mu_);
       ++st_.store_failures;
@@ -271,6 +274,38 @@ void semantic_cache::disable_locked(const std::string& why) {
   spdlog::error("troupe: semantic cache at {} {}; serving goes on without it", cfg_.path, status_);
 }
 
+std::string semantic_cache::disk_too_full(size_t bytes) {
+  if (cfg_.min_free_disk_mib == 0) return {};
+  const uint64_t bound = static_cast<uint64_t>(cfg_.min_free_disk_mib) << 20;
+  // RocksDB writes a record to its log, then again when it flushes the memtable: count it twice.
+  const uint64_t cost = 2 * static_cast<uint64_t>(bytes) + 4096;
+  std::lock_guard<std::mutex> lock(disk_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  const bool stale = now - disk_checked_ >= std::chrono::seconds(1);
+  const bool margin_used = disk_written_ + cost + bound > disk_free_;
+  if (stale || margin_used) {
+    struct statvfs v {};
+    if (::statvfs(cfg_.path.c_str(), &v) != 0) return {};  // cannot tell: let RocksDB report it
+    disk_free_ = static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
+    disk_written_ = 0;
+    disk_checked_ = now;
+  }
+  if (disk_written_ + cost + bound > disk_free_)
+    return "the disk is nearly full: " + std::to_string(disk_free_ >> 20) + " MiB free at " + cfg_.path +
+           ", under cache.min_free_disk_mib (" + std::to_string(cfg_.min_free_disk_mib) + ")";
+  disk_written_ += cost;
+  return {};
+}
+
+bool semantic_cache::may_write(size_t bytes) {
+  auto why = disk_too_full(bytes);
+  if (why.empty()) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++st_.store_failures;
+  disable_locked(why);
+  return false;
+}
+
 std::string semantic_cache::status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
@@ -286,6 +321,7 @@ void semantic_cache::insert(cache_record rec) {
     rec.id = next_id_++;
   }
   const size_t bytes = encode_record(rec).size();
+  if (!may_write(bytes)) return;
   if (auto s = store_->put(rec); !s) {
     std::lock_guard<std::mutex> lock(mu_);
     ++st_.store_failures;
@@ -373,6 +409,7 @@ std::vector<uint64_t> semantic_cache::victims_locked(int64_t now) {
 
 void semantic_cache::erase_from_store(const std::vector<uint64_t>& ids) {
   for (uint64_t id : ids) {
+    if (!may_write(64)) return;
     if (auto s = store_->erase(id); !s) {
       std::lock_guard<std::mutex> lock(mu_);
       ++st_.store_failures;

@@ -15,6 +15,7 @@
 // goes on without it; the cache comes back on the next start (or reload of the cache stage).
 // Empty questions are not cached; long ones are cut before embedding.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -63,6 +64,9 @@ struct semantic_cache_config {
   // word order, or by one replaced content word (question_guard.hpp says why).
   bool lexical_guards = true;
   bool sync_writes = false;                   // fsync RocksDB's log per write (power-loss safe)
+  // Below this much free space on the cache's file system (MiB) the cache turns itself off
+  // before writing: Debian's librocksdb aborts the process on a write that hits ENOSPC. 0: no check.
+  size_t min_free_disk_mib = 64;
   bool async_insert = true;                   // store answers on a worker thread
   size_t max_pending = 16384;                 // misses remembered until their stream closes
   index_options index;                        // hnswlib knobs; the dimension comes from the embedder
@@ -161,6 +165,13 @@ class semantic_cache {
 
   // A write failed: off from now on, saying why (mu_ held).
   void disable_locked(const std::string& why);
+  // Before a store write of about `bytes`: empty when there is room, else why not (the disk is
+  // under cfg_.min_free_disk_mib). statvfs is called at most once a second, or sooner when the
+  // writes since the last call could have used up the margin it left.
+  std::string disk_too_full(size_t bytes);
+  // Writes to the store after disk_too_full(bytes) said there was room; otherwise turns the
+  // cache off and returns false.
+  bool may_write(size_t bytes);
 
   semantic_cache_config cfg_;
   std::atomic<bool> enabled_{false};  // cleared by the insert worker when a write fails
@@ -181,6 +192,12 @@ class semantic_cache {
   std::unordered_map<uint64_t, pending_miss> pending_;
   std::list<uint64_t> pending_order_;  // bounds pending_ when closes get lost
   semantic_cache_stats st_;
+
+  // The free-space guard (disk_too_full).
+  std::mutex disk_mu_;
+  std::chrono::steady_clock::time_point disk_checked_{};
+  uint64_t disk_free_ = 0;      // bytes free at the last statvfs
+  uint64_t disk_written_ = 0;   // bytes (estimated) written since
 
   // The insert worker.
   std::mutex q_mu_;

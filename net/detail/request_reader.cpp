@@ -394,6 +394,18 @@ void read_common(reader& r, actors::request_spec& s) {
     if (e->is_bool()) s.cache = bool(*e) ? cache::cache_choice::requested : cache::cache_choice::refused;
     else r.wrong("cache", "a boolean", *e);
   }
+  // Speculative decoding: a method name, or false for "off". Absent (or null): the server's
+  // [speculative] method. The name is checked where the proposers are (the scheduler): an unknown
+  // one fails the request with a 400 that lists the known ones.
+  if (auto e = r.get("speculative")) {
+    if (e->is_bool() && !bool(*e)) {
+      s.speculative = "off";
+    } else if (e->is_string() && !std::string_view(*e).empty()) {
+      s.speculative = std::string(std::string_view(*e));
+    } else if (!r.err) {
+      r.err = bad_request("'speculative' must be a method name (\"ngram\", \"suffix\", \"off\") or false", "speculative");
+    }
+  }
   int64_t deadline = 0;
   r.integer("deadline_ms", deadline);
   s.deadline_ms = deadline;

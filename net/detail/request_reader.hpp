@@ -73,7 +73,7 @@ void refuse(reader& r, std::string_view k, const std::string& why);
   "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",             \
       "frequency_penalty", "presence_penalty", "repetition_penalty", "seed", "priority", "ignore_eos",  \
       "cache", "deadline_ms", "stop", "logit_bias", "response_format", "grammar", "structured_outputs", \
-      "guided_json", "guided_regex", "guided_choice", "guided_grammar"
+      "guided_json", "guided_regex", "guided_choice", "guided_grammar", "speculative"
 
 // At most 4 stop strings, as OpenAI allows.
 inline constexpr size_t max_stop_strings = 4;

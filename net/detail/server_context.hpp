@@ -19,7 +19,13 @@
 #include "net/resume_store.hpp"
 #include "net/server.hpp"
 
+namespace boost::asio::ssl {
+class context;
+}
+
 namespace troupe::net::detail {
+
+class conn_stream;  // net/detail/conn_stream.hpp
 
 struct server_context {
   server_context(server_options o, inference& i, metrics& m) :
@@ -86,14 +92,15 @@ struct server_context {
 // Takes over an accepted connection (the listener calls it). `slot` is its place among the open
 // connections (server_context::open_connection); without one the connection is refused: its
 // request is answered 503 (a WebSocket upgrade: close 1013) with `refusal`, then it closes.
-void start_http_session(server_context& ctx, boost::asio::ip::tcp::socket socket, std::shared_ptr<void> slot,
-                        std::string refusal);
+// `tls` (server.tls_cert): the connection starts with a TLS handshake; null: plain HTTP.
+void start_http_session(server_context& ctx, boost::asio::ip::tcp::socket socket, boost::asio::ssl::context* tls,
+                        std::shared_ptr<void> slot, std::string refusal);
 
 // Takes over an upgraded connection. `owner` is the API key (resumption is per key), `tenant`
 // the admission tenant; `authed` is false when keys are configured and the upgrade request
 // carried none (the client must send an `auth` frame first). `slot`: see start_http_session; a
 // non-empty `refusal` accepts the upgrade only to close it at once (1013, try again later).
-void start_ws_session(server_context& ctx, boost::beast::tcp_stream stream,
+void start_ws_session(server_context& ctx, conn_stream stream,
                       boost::beast::http::request<boost::beast::http::string_body> req, std::string owner,
                       std::string tenant, bool authed, std::shared_ptr<void> slot, std::string refusal = {});
 

@@ -471,3 +471,47 @@ def test_a_client_hanging_up_cancels_every_choice(client, server):
             break
     stream.close()
     assert metric(server, "troupe_running_sequences") == 0
+
+
+# ---- speculative decoding ------------------------------------------------------------------------
+
+COPY = [{"role": "user", "content": "Copy this exactly: The river runs past the old mill, where the water turns "
+                                    "the wheel day and night. The river runs past the old mill, where the water "
+                                    "turns the wheel day and night."}]
+
+
+def test_speculative_per_request_keeps_greedy_output_and_reports_usage_and_metrics(client, server):
+    proposed0 = metric(server, "troupe_spec_proposed_total")
+    accepted0 = metric(server, "troupe_spec_accepted_total")
+    plain = chat(client, messages=COPY, max_tokens=48, extra_body={"cache": False, "speculative": False})
+    assert "speculative" not in (plain.usage.model_extra or {})
+    total_proposed = total_accepted = 0
+    for method in ("ngram", "suffix"):
+        r = chat(client, messages=COPY, max_tokens=48, extra_body={"cache": False, "speculative": method})
+        assert r.choices[0].message.content == plain.choices[0].message.content, method  # greedy: identical
+        spec = r.usage.model_extra["speculative"]
+        assert 0 < spec["accepted"] <= spec["proposed"], (method, spec)
+        total_proposed += spec["proposed"]
+        total_accepted += spec["accepted"]
+    assert metric(server, "troupe_spec_proposed_total") - proposed0 == total_proposed
+    assert metric(server, "troupe_spec_accepted_total") - accepted0 == total_accepted
+
+    async def ws_done():
+        async with connect(server.ws_url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+            await ws.send(json.dumps({"type": "generate", "id": "spec", "temperature": 0, "max_tokens": 48,
+                                      "messages": COPY, "cache": False, "speculative": "ngram"}))
+            _, done = await read_until_end(ws, "spec")
+            return done
+
+    done = asyncio.run(asyncio.wait_for(ws_done(), FRAME_TIMEOUT_S))
+    assert done["type"] == "done", done
+    assert done["usage"]["speculative"]["accepted"] > 0, done
+
+
+def test_speculative_must_be_a_known_method_or_false(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, extra_body={"speculative": True})
+    assert e.value.body["param"] == "speculative"
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, extra_body={"speculative": "eagle", "cache": False})
+    assert "eagle" in e.value.body["message"] and "ngram" in e.value.body["message"], e.value.body

@@ -235,3 +235,19 @@ def test_websocket_generate_with_a_schema_and_a_choice(server):
             toks, final = await read_until_end(ws, "s2")
             assert token_text(toks, final) in ("alpha", "beta")
     asyncio.run(run())
+
+
+def test_websocket_tool_call_in_the_done_frame(server):
+    async def run():
+        async with connect(server.ws_url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+            await ws.send(json.dumps({"type": "generate", "id": "t1", "max_tokens": 120,
+                                      "messages": [{"role": "user", "content": "Weather in Rome?"}],
+                                      "tools": [WEATHER_TOOL], "tool_choice": "required"}))
+            toks, final = await read_until_end(ws, "t1")
+            assert final["type"] == "done", final
+            assert final["finish_reason"] == "tool_calls", final
+            calls = final["tool_calls"]
+            assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather" and calls[0]["id"]
+            jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), WEATHER_TOOL["function"]["parameters"])
+            assert "<tool_call>" in token_text(toks, final), "token frames carry the text as generated"
+    asyncio.run(run())

@@ -419,6 +419,47 @@ TEST(openai, the_cache_field_is_three_way) {
   EXPECT_NE(wrong.error.message.find("must be a boolean"), std::string::npos);
 }
 
+// `speculative`: a method name or false ("off"); absent leaves the server's method. Anything
+// else is a 400 naming the field (an unknown name is refused where the proposers are).
+TEST(openai, the_speculative_field_takes_a_method_name_or_false) {
+  auto absent = chat_with(R"("max_tokens":1)");
+  ASSERT_TRUE(absent.request) << absent.error.message;
+  EXPECT_EQ(absent.request->spec.speculative, "");
+  auto named = chat_with(R"("speculative":"suffix")");
+  ASSERT_TRUE(named.request) << named.error.message;
+  EXPECT_EQ(named.request->spec.speculative, "suffix");
+  auto off = parse_openai_request(R"({"prompt":"x","speculative":false})", false);
+  ASSERT_TRUE(off.request) << off.error.message;
+  EXPECT_EQ(off.request->spec.speculative, "off");
+  for (const char* bad : {R"("speculative":true)", R"("speculative":"")", R"("speculative":4)", R"("speculative":["ngram"])"}) {
+    auto wrong = chat_with(bad);
+    ASSERT_FALSE(wrong.request) << bad;
+    EXPECT_EQ(wrong.error.param, "speculative") << bad;
+    EXPECT_NE(wrong.error.message.find("method name"), std::string::npos) << wrong.error.message;
+  }
+}
+
+// Usage carries `speculative: {proposed, accepted}` only where something was proposed.
+TEST(openai, usage_reports_speculation_only_when_it_happened) {
+  completion_result r;
+  r.id = "chatcmpl-1";
+  r.model = "m";
+  r.usage = {3, 9, 0};
+  simdjson::dom::parser p;
+  auto plain = p.parse(chat_completion_json(r));
+  EXPECT_EQ(plain["usage"]["speculative"].error(), simdjson::NO_SUCH_FIELD);
+  r.usage.speculative_proposed = 12;
+  r.usage.speculative_accepted = 7;
+  const auto j = chat_completion_json(r);
+  ASSERT_TRUE(valid_json(j));
+  auto doc = p.parse(j);
+  EXPECT_EQ(int64_t(doc["usage"]["speculative"]["proposed"]), 12);
+  EXPECT_EQ(int64_t(doc["usage"]["speculative"]["accepted"]), 7);
+  EXPECT_EQ(int64_t(doc["usage"]["completion_tokens"]), 9);
+  auto t = p.parse(text_completion_json(r));
+  EXPECT_EQ(int64_t(t["usage"]["speculative"]["accepted"]), 7);
+}
+
 TEST(openai, parses_embedding_requests) {
   auto one = parse_embedding_request(R"({"input":"hello","model":"minilm"})");
   ASSERT_TRUE(one.query) << one.error.message;

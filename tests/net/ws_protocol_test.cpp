@@ -81,6 +81,33 @@ TEST(ws_protocol, server_frames_are_json) {
   EXPECT_TRUE(valid_json(error_frame("", "c", "m")));
 }
 
+// A generate frame's `speculative`: a method name or false; the done frame's usage reports
+// what was proposed and accepted, only when something was.
+TEST(ws_protocol, speculative_field_and_done_usage) {
+  auto named = parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","speculative":"ngram"})");
+  ASSERT_TRUE(named.frame) << named.error.message;
+  EXPECT_EQ(named.frame->spec.speculative, "ngram");
+  auto off = parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","speculative":false})");
+  ASSERT_TRUE(off.frame) << off.error.message;
+  EXPECT_EQ(off.frame->spec.speculative, "off");
+  auto wrong = parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","speculative":true})");
+  ASSERT_FALSE(wrong.frame);
+  EXPECT_EQ(wrong.error.param, "speculative");
+
+  simdjson::dom::parser p;
+  actors::done_event d;
+  d.finish_reason = "length";
+  d.usage = {5, 6, 0};
+  auto plain = p.parse(done_frame("a", d));
+  EXPECT_EQ(plain["usage"]["speculative"].error(), simdjson::NO_SUCH_FIELD);
+  d.usage.speculative_proposed = 8;
+  d.usage.speculative_accepted = 5;
+  auto df = p.parse(done_frame("a", d));
+  EXPECT_EQ(int64_t(df["usage"]["speculative"]["proposed"]), 8);
+  EXPECT_EQ(int64_t(df["usage"]["speculative"]["accepted"]), 5);
+  EXPECT_EQ(int64_t(df["usage"]["completion_tokens"]), 6);
+}
+
 // A generate frame's `cache` is three-way like the HTTP field: absent, true, false.
 TEST(ws_protocol, the_cache_field_is_three_way) {
   using cache::cache_choice;

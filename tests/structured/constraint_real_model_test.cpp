@@ -7,6 +7,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -159,6 +160,7 @@ TEST(ConstraintRealModel, GreedyDecodingFollowsEveryConstraint) {
   simdjson::dom::parser parser;
   for (auto& j : jobs) {
     const std::string text = tok.decode(j.out);
+    std::printf("  %-30s %3zu tokens: %.160s\n", j.name.c_str(), j.out.size(), text.c_str());
     SCOPED_TRACE(j.name + ": " + text);
     EXPECT_TRUE(j.m->can_end()) << "unfinished after " << j.out.size() << " tokens";
     if (j.name == "grammar") {
@@ -194,8 +196,12 @@ TEST(ConstraintRealModel, GreedyDecodingFollowsEveryConstraint) {
     }
     std::string_view ty;
     if (!schema["type"].get_string().get(ty)) {
-      if (ty == "object") EXPECT_TRUE(doc.is_object());
-      if (ty == "array") EXPECT_TRUE(doc.is_array());
+      if (ty == "object") {
+        EXPECT_TRUE(doc.is_object());
+      }
+      if (ty == "array") {
+        EXPECT_TRUE(doc.is_array());
+      }
     }
   }
 }

@@ -4,6 +4,7 @@
 // read back through the block table*, so a wrong block table, a block freed too early or a
 // prefix shared by mistake changes the output. reference() computes the same outputs with no
 // KV at all, which is what every scheduled run must reproduce.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -27,6 +28,14 @@ struct fake_options {
   int64_t step_us = 0;       // sleep per step
   int64_t token_us = 0;      // and per token fed
   int64_t throw_on_call = 0; // 1-based forward call that throws (0: never)
+  // A fault tied to one sequence: every forward() whose batch holds sequence fault_seq with a
+  // position at or past fault_from_pos fails, by throwing when fault_throws, else by returning an
+  // error. 0: never. fault_token likewise fails every forward() that feeds that token (-1:
+  // never), for tests that do not know the sequence ids (a pipeline's).
+  uint64_t fault_seq = 0;
+  int32_t fault_from_pos = 0;
+  int32_t fault_token = -1;
+  bool fault_throws = true;
   // When set, a fixed text: the token after n tokens of history is script[(n - 1) % size]
   // (so a one-token prompt generates the script from its start).
   std::vector<int32_t> script;
@@ -80,6 +89,18 @@ class fake_backend final : public model::backend {
   result<model::batch_logits> forward(const model::batch& b) override {
     const int64_t call = ++calls_;
     if (o_.throw_on_call > 0 && call == o_.throw_on_call) throw std::runtime_error("injected fault in forward()");
+    for (const auto& s : b.seqs) {
+      const bool by_seq = o_.fault_seq != 0 && s.seq_id == o_.fault_seq &&
+                          s.n_past + static_cast<int32_t>(s.tokens.size()) > o_.fault_from_pos;
+      const bool by_token =
+          o_.fault_token >= 0 && std::find(s.tokens.begin(), s.tokens.end(), o_.fault_token) != s.tokens.end();
+      if (by_seq || by_token) {
+        const std::string what = "injected fault for sequence " + std::to_string(s.seq_id);
+        ++faults_;
+        if (o_.fault_throws) throw std::runtime_error(what);
+        return make_error(what);
+      }
+    }
     if (o_.step_us > 0 || o_.token_us > 0)
       std::this_thread::sleep_for(std::chrono::microseconds(o_.step_us + o_.token_us * b.n_tokens()));
     model::batch_logits out;
@@ -110,6 +131,7 @@ class fake_backend final : public model::backend {
 
   int64_t calls() const { return calls_; }
   int64_t tokens() const { return tokens_; }
+  int64_t faults() const { return faults_; }
 
  private:
   int32_t& at(const model::batch_sequence& s, int32_t pos) {
@@ -121,6 +143,7 @@ class fake_backend final : public model::backend {
   std::vector<int32_t> kv_;
   std::atomic<int64_t> calls_{0};
   std::atomic<int64_t> tokens_{0};
+  std::atomic<int64_t> faults_{0};
 };
 
 }  // namespace troupe::test

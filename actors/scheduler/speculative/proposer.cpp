@@ -3,7 +3,7 @@
 namespace troupe::actors {
 
 named_registry<proposer_factory>& proposer_registry() {
-  static auto* r = new named_registry<proposer_factory>("speculative method", {proposers::add_ngram});
+  static auto* r = new named_registry<proposer_factory>("speculative method", {proposers::add_ngram, proposers::add_suffix});
   return *r;
 }
 

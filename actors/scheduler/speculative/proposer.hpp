@@ -6,7 +6,9 @@
 // tokens a step may yield, never which ones: the output is the same with any of them, or none.
 //
 // Chosen by name from proposer_registry() like the scheduling policies (policies/): "ngram"
-// (prompt lookup, ngram.cpp). "off" is no proposer.
+// (prompt lookup, ngram.cpp), "suffix" (suffix decoding over the request's own tokens and recent
+// outputs, suffix.cpp). "off" is no proposer. Each scheduler makes its own instances (one per
+// replica), so what a proposer learns across requests is that scheduler's, never process-wide.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -45,11 +47,13 @@ class proposer {
   // Up to max_k tokens guessed to follow `context` (the request's prompt, then its output so
   // far); fewer or none where it has no good guess.
   virtual std::vector<int32_t> propose(uint64_t seq, const std::vector<int32_t>& context, int32_t max_k) = 0;
-  // The sequence ended (or was dropped) with these tokens: a proposer that learns across
-  // requests keeps what it wants of them; per-sequence state is forgotten.
-  virtual void on_end(uint64_t seq, const std::vector<int32_t>& context) {
+  // The sequence ended (or was dropped) with these tokens, the first n_prompt of them its prompt.
+  // Called on every proposer its scheduler has made, whichever method the sequence used: a
+  // proposer that learns across requests keeps what it wants; per-sequence state is forgotten.
+  virtual void on_end(uint64_t seq, const std::vector<int32_t>& context, int32_t n_prompt) {
     (void)seq;
     (void)context;
+    (void)n_prompt;
   }
 };
 
@@ -63,6 +67,7 @@ status check_speculative_config(const speculative_config& c);
 
 namespace proposers {
 void add_ngram(named_registry<proposer_factory>& r);
+void add_suffix(named_registry<proposer_factory>& r);
 }  // namespace proposers
 
 }  // namespace troupe::actors

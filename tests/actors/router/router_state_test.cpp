@@ -327,6 +327,47 @@ TEST(RouterState, KillMigratesWithExactlyTheDeliveredTokens) {
   EXPECT_EQ(stats_of(st, 2)->placed, 1);
 }
 
+// The local scheduler crashed and was restarted: the replica lives on, and each of its requests
+// is placed again as the continuation after the tokens already delivered.
+TEST(RouterState, ARestartedReplicasRequestsContinueAfterTheDeliveredTokens) {
+  router_state s(config("round_robin"), make_policy("round_robin"));
+  s.add_local(block, 0);
+  const auto prompt = tokens(1, 20);
+  s.enqueue(request(7, prompt, 10), 0);
+  s.enqueue(request(8, tokens(50, 5), 2), 0);
+  auto fx = s.take_effects();
+  ASSERT_EQ(fx.place.size(), 2u);
+  s.on_output(0, tokens_out(7, {101, 102}));
+  s.on_output(0, tokens_out(8, {201, 202}));  // everything of request 8 but its finish
+  (void)s.take_effects();
+
+  s.restarted(0, "the scheduler failed", 5 * ms);
+  fx = s.take_effects();
+  ASSERT_EQ(fx.place.size(), 1u);
+  EXPECT_EQ(fx.place[0].first, 0u);
+  const admitted_request& c = fx.place[0].second;
+  EXPECT_EQ(c.id, 7u);
+  auto expect_prompt = prompt;
+  expect_prompt.insert(expect_prompt.end(), {101, 102});
+  EXPECT_EQ(c.prompt, expect_prompt);
+  EXPECT_EQ(c.max_tokens, 8);
+  EXPECT_EQ(c.generated_before, 2);
+  ASSERT_EQ(fx.to_streamer.finished.size(), 1u);  // request 8 had all its tokens: it finishes here
+  EXPECT_EQ(fx.to_streamer.finished[0].id, 8u);
+  EXPECT_EQ(fx.to_streamer.finished[0].reason, finish::length);
+  EXPECT_TRUE(fx.to_streamer.failed.empty());
+  EXPECT_TRUE(has_line(fx.log, "lost its requests (the scheduler failed)")) << fx.log.size();
+  auto st = s.stats();
+  EXPECT_EQ(st.replica_deaths, 0);
+  EXPECT_EQ(stats_of(st, 0)->state, "ready");
+  EXPECT_EQ(stats_of(st, 0)->in_flight, 1);
+  // The continuation's output passes on after what was delivered.
+  s.on_output(0, tokens_out(7, {103}));
+  fx = s.take_effects();
+  ASSERT_EQ(fx.to_streamer.tokens.size(), 1u);
+  EXPECT_EQ(fx.to_streamer.tokens[0].token, 103);
+}
+
 TEST(RouterState, StaleOutputsOfADeadReplicaAreDroppedNeverPassedOn) {
   router_state s(config("round_robin", false), make_policy("round_robin"));
   s.add_replica("a", block, 0);

@@ -1,5 +1,5 @@
 // Speculative decoding on SmolLM2-135M: scheduler_state and executor_state over the cpu backend,
-// greedy, with ngram speculation and without. The outputs must be equal token for token (each
+// greedy, with each proposer's speculation and without. The outputs must be equal token for token (each
 // verified position's logits are those of a one-token decode there: model/cpu_backend), at
 // batch 1 and 16, with fp16 and q8 K/V; the KV accounting must be back to idle.
 #include <gtest/gtest.h>
@@ -90,13 +90,14 @@ outcome run(const std::string& method, size_t batch, bool q8) {
 
 }  // namespace
 
-TEST(scheduler_state_real_model, ngram_speculation_gives_the_same_greedy_tokens) {
+TEST(scheduler_state_real_model, speculation_gives_the_same_greedy_tokens) {
   if (!test::real_model_available()) GTEST_SKIP() << "no model at " << test::real_model_path();
+  for (const std::string method : {"ngram", "suffix"})
   for (bool q8 : {false, true}) {
     if (q8 && !model::kv_q8_supported(load()->params().head_dim)) continue;
     for (size_t batch : {size_t{1}, size_t{16}}) {
-      const auto plain = run("off", batch, q8), spec = run("ngram", batch, q8);
-      const std::string what = std::string(q8 ? "q8" : "fp16") + " batch " + std::to_string(batch);
+      const auto plain = run("off", batch, q8), spec = run(method, batch, q8);
+      const std::string what = method + " " + (q8 ? "q8" : "fp16") + " batch " + std::to_string(batch);
       ASSERT_EQ(plain.tokens.size(), batch) << what;
       for (const auto& [id, toks] : plain.tokens) EXPECT_EQ(spec.tokens.at(id), toks) << what << " request " << id;
       EXPECT_GT(spec.proposed, 0) << what;

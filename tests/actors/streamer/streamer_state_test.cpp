@@ -30,6 +30,8 @@ step_output fin(uint64_t id, const std::string& reason) {
   f.id = id;
   f.reason = reason;
   f.usage.cached_prompt_tokens = 3;
+  f.usage.speculative_proposed = 6;
+  f.usage.speculative_accepted = 4;
   f.queue_ms = 1.5;
   o.finished.push_back(f);
   return o;
@@ -75,6 +77,8 @@ TEST(streamer_state, tokens_become_text_and_done_carries_usage) {
   EXPECT_EQ(c.done[0].usage.prompt_tokens, 7);
   EXPECT_EQ(c.done[0].usage.completion_tokens, 5);
   EXPECT_EQ(c.done[0].usage.cached_prompt_tokens, 3);
+  EXPECT_EQ(c.done[0].usage.speculative_proposed, 6);  // the scheduler's counts reach the done event
+  EXPECT_EQ(c.done[0].usage.speculative_accepted, 4);
   EXPECT_DOUBLE_EQ(c.done[0].timings.ttft_ms, 1.0);
   EXPECT_DOUBLE_EQ(c.done[0].timings.total_ms, 4.0);
   ASSERT_EQ(fx.closed.size(), 1u);

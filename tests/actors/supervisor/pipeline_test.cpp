@@ -396,38 +396,86 @@ TEST(pipeline, thousand_random_cancels_under_load_free_every_block) {
   EXPECT_EQ(as->pending, 0);
 }
 
-TEST(pipeline, executor_fault_fails_in_flight_requests_then_recovers) {
+// A backend that throws whenever one request's prompt is in the batch (its \x01 byte): the
+// executor dies with each such step and is restarted; only that request fails, the others in
+// the same batches continue, recomputed from their tokens, with the text they have alone.
+TEST(pipeline, an_executor_fault_fails_only_the_faulty_request_then_recovers) {
   runtime rt;
   fake_options fo;
   fo.step_us = 500;
-  auto first = std::make_shared<std::atomic<bool>>(true);
-  backend_maker maker = [fo, first]() -> result<std::unique_ptr<model::backend>> {
-    auto o = fo;
-    if (first->exchange(false)) o.throw_on_call = 6;  // only the first backend is faulty
-    return std::unique_ptr<model::backend>(new fake_backend(o));
+  fo.fault_token = 1;
+  fo.fault_throws = true;
+  auto built = std::make_shared<std::atomic<int>>(0);
+  backend_maker maker = [fo, built]() -> result<std::unique_ptr<model::backend>> {
+    built->fetch_add(1);
+    return std::unique_ptr<model::backend>(new fake_backend(fo));
   };
   auto p = pipeline::start(rt.system(), small_config(), maker, make_byte_codec());
   ASSERT_TRUE(p.ok()) << p.error();
   client c(**p);
   std::vector<std::unique_ptr<stream>> s;
-  for (int i = 0; i < 6; ++i) s.push_back(c.submit(test::prompt_spec("victim " + std::to_string(i), 50)));
-  int faults = 0;
-  for (auto& x : s) {
-    auto out = x->wait(20s);
-    ASSERT_NE(out.error.code, errc::timeout) << "a request hung";
-    if (out.error.code == errc::executor_fault) {
-      ++faults;
-      EXPECT_NE(out.error.message.find("injected fault"), std::string::npos) << out.error.message;
-    }
+  for (int i = 0; i < 5; ++i) s.push_back(c.submit(test::prompt_spec("bystander " + std::to_string(i), 50)));
+  std::this_thread::sleep_for(20ms);  // the bystanders are decoding when the faulty one comes
+  auto victim = c.submit(test::prompt_spec("poison \x01 pill", 50));
+  auto bad = victim->wait(20s);
+  ASSERT_NE(bad.error.code, errc::timeout) << "the faulty request hung";
+  EXPECT_EQ(bad.error.code, errc::executor_fault);
+  EXPECT_NE(bad.error.message.find("injected fault"), std::string::npos) << bad.error.message;
+  for (int i = 0; i < 5; ++i) {
+    auto out = s[static_cast<size_t>(i)]->wait(20s);
+    ASSERT_TRUE(out.ok()) << i << ": " << out.error.code << " " << out.error.message;
+    EXPECT_EQ(out.tokens, fake_reference(fo, bytes("bystander " + std::to_string(i)), 50)) << i;
   }
-  EXPECT_EQ(faults, 6);
-  // A new executor serves new requests.
+  EXPECT_GE(built->load(), 2) << "the executor was restarted";
+  // The restarted executor serves new requests.
   for (int i = 0; i < 3; ++i) {
     auto out = c.submit(test::prompt_spec("after " + std::to_string(i), 10))->wait(20s);
     ASSERT_TRUE(out.ok()) << out.error.message;
     EXPECT_EQ(out.tokens, fake_reference(fo, bytes("after " + std::to_string(i)), 10));
   }
   auto st = settle(**p);
+  EXPECT_EQ(st.kv_blocks_available, st.kv_blocks_total);
+}
+
+// The scheduler dies mid-stream: the supervisor restarts it, and the router places each of its
+// requests again from the tokens already delivered, so every stream goes on to the text an
+// undisturbed greedy run gives, with no gap and no repeat.
+TEST(pipeline, a_crashed_scheduler_s_streams_continue_where_they_were) {
+  runtime rt;
+  fake_options fo;
+  fo.step_us = 1000;
+  auto p = test::start_fake(rt, small_config(), fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  std::vector<std::unique_ptr<stream>> s;
+  std::vector<completion> got(4);
+  for (int i = 0; i < 4; ++i) s.push_back(c.submit(test::prompt_spec("crash " + std::to_string(i), 120)));
+  // Every stream has some tokens: they are mid-stream when the scheduler dies.
+  for (int i = 0; i < 4; ++i) {
+    bool ended = false;
+    while (!ended && got[static_cast<size_t>(i)].tokens.size() < 5) {
+      auto e = s[static_cast<size_t>(i)]->next(10s);
+      ASSERT_TRUE(e) << "stream " << i << " stalled before the crash";
+      ended = add_event(got[static_cast<size_t>(i)], *e);
+    }
+    ASSERT_FALSE(ended) << "stream " << i << " ended before the crash";
+  }
+  const auto victim = p->links().scheduler;
+  caf::anon_send_exit(victim, caf::exit_reason::kill);
+  for (int i = 0; i < 4; ++i) {
+    auto& g = got[static_cast<size_t>(i)];
+    bool ended = false;
+    while (!ended) {
+      auto e = s[static_cast<size_t>(i)]->next(20s);
+      ASSERT_TRUE(e) << "stream " << i << " hung after the crash";
+      ended = add_event(g, *e);
+    }
+    ASSERT_TRUE(g.ok()) << i << ": " << g.error.code << " " << g.error.message;
+    EXPECT_EQ(g.tokens, fake_reference(fo, bytes("crash " + std::to_string(i)), 120)) << i;
+    EXPECT_EQ(g.finish_reason, finish::length);
+  }
+  EXPECT_NE(p->links().scheduler, victim) << "the scheduler was restarted";
+  auto st = settle(*p);
   EXPECT_EQ(st.kv_blocks_available, st.kv_blocks_total);
 }
 

@@ -439,14 +439,13 @@ TEST(SemanticCache, AnUnusableStoreDisablesTheCacheAndSaysWhy) {
   EXPECT_EQ(none.status(), "disabled in the config");
 }
 
-// A full disk (a small tmpfs, mounted here when the tests run as root): the write that fails turns
-// the cache off with the reason in status() (what /health shows); lookups are misses from then
-// on and nothing throws.
-// DISABLED: it reproduces an open defect. Debian's librocksdb 7.8 is built with assertions, and a
-// WAL write that hits ENOSPC aborts the process inside RocksDB (WritableFileWriter::
-// AssertFalseAndGetStatusForPrevError, `sync_without_flush_called_`) before put() can return its
-// error, with or without sync_writes. Enable it once the store guards against a full disk.
-TEST(SemanticCache, DISABLED_AWriteErrorTurnsTheCacheOffAndSaysWhy) {
+// A full disk (a small tmpfs, mounted here when the tests run as root): the write that would not
+// fit turns the cache off with the reason in status() (what /health shows); lookups are misses
+// from then on and nothing throws.
+// Debian's librocksdb 7.8 is built with assertions, and a WAL write that hits ENOSPC aborts the
+// process inside RocksDB (WritableFileWriter::AssertFalseAndGetStatusForPrevError) before put()
+// can return its error: the cache checks the free space before writing (cache.min_free_disk_mib).
+TEST(SemanticCache, AWriteErrorTurnsTheCacheOffAndSaysWhy) {
   if (::geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs (a full disk) needs root";
   fixture f;
   const std::string mnt = f.dir.str("small");
@@ -458,6 +457,7 @@ TEST(SemanticCache, DISABLED_AWriteErrorTurnsTheCacheOffAndSaysWhy) {
     ~unmount() { (void)std::system(("umount " + at).c_str()); }
   } guard{mnt};
   f.cfg.path = mnt + "/db";
+  f.cfg.min_free_disk_mib = 1;  // of the 4 MiB
   auto c = f.open();
   ASSERT_TRUE(c->enabled()) << c->status();
   f.teach(*c, "What is the capital of France?", {1, 2});
@@ -472,7 +472,8 @@ TEST(SemanticCache, DISABLED_AWriteErrorTurnsTheCacheOffAndSaysWhy) {
   ASSERT_FALSE(c->lookup(fixture::ask(r, "How many legs does a spider have?")).has_value());
   c->on_closed(fixture::answer(r.id, std::vector<int32_t>(200000, 7)));
   EXPECT_FALSE(c->enabled());
-  EXPECT_NE(c->status().find("disabled: a write failed"), std::string::npos) << c->status();
+  EXPECT_NE(c->status().find("disabled: the disk is nearly full"), std::string::npos) << c->status();
+  EXPECT_NE(c->status().find("cache.min_free_disk_mib (1)"), std::string::npos) << c->status();
   const auto st = c->stats();
   EXPECT_FALSE(st.enabled);
   EXPECT_GE(st.store_failures, 1);
