@@ -29,6 +29,7 @@ import json
 import os
 import random
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -289,6 +290,7 @@ def main():
         fds_end = 0 if crashed else fds(pid)
     finally:
         code = server.stop()
+        shutil.rmtree(cfg.parent, ignore_errors=True)
 
     n = sum(v for k, v in soak.counts.items() if k.startswith(("http_", "ws_")) and k != "ws_tokens")
     print(f"soak: ran {elapsed:.0f} s: {n} cases ({n / elapsed:.1f}/s), {soak.counts['ws_tokens']} WebSocket tokens, "

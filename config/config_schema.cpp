@@ -558,6 +558,8 @@ std::vector<key_spec> make_schema() {
 
   v.push_back(string_key("admission.policy", hot_admission, true, {}, TROUPE_FIELD(pipeline.admission.policy)));
   v.push_back(integer_key("admission.max_pending", hot_admission, 1, 16 * mib, TROUPE_FIELD(pipeline.admission.max_pending)));
+  v.push_back(integer_key("admission.max_pending_per_tenant", hot_admission, 0, 16 * mib,
+                          TROUPE_FIELD(pipeline.admission.max_pending_per_tenant)));
   v.push_back(integer_key("admission.max_prompt_tokens", hot_no_stage, 0, 16 * mib,
                           TROUPE_FIELD(pipeline.admission.max_prompt_tokens)));
   v.push_back(integer_key("admission.max_tokens_cap", hot_admission, 1, 16 * mib,

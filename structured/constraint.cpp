@@ -22,15 +22,16 @@
 #include "structured/constraint.hpp"
 
 #include <algorithm>
-#include <limits>
 #include <array>
 #include <atomic>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "model/detail/tokenizer_utf8.hpp"
 #include "model/tokenizer.hpp"
 #include "structured/gbnf.hpp"
 #include "structured/json_schema.hpp"
@@ -134,27 +135,12 @@ inline void add_bytes(byte_set& s, uint8_t lo, uint8_t hi) {
 // A code-point range as UTF-8 byte-range sequences (each position a [lo, hi] byte range), valid
 // encodings only: surrogates left out, every sequence of one length with one range per byte.
 using byte_ranges = std::vector<std::pair<uint8_t, uint8_t>>;
+// The UTF-8 bytes of `cp` (model/detail/tokenizer_utf8.hpp spells them), into `out`.
 int utf8_encode(uint32_t cp, uint8_t* out) {
-  if (cp < 0x80) {
-    out[0] = static_cast<uint8_t>(cp);
-    return 1;
-  }
-  if (cp < 0x800) {
-    out[0] = static_cast<uint8_t>(0xC0 | (cp >> 6));
-    out[1] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    out[0] = static_cast<uint8_t>(0xE0 | (cp >> 12));
-    out[1] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
-    out[2] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  out[0] = static_cast<uint8_t>(0xF0 | (cp >> 18));
-  out[1] = static_cast<uint8_t>(0x80 | ((cp >> 12) & 0x3F));
-  out[2] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
-  out[3] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
-  return 4;
+  std::string b;
+  model::detail::append_utf8(b, cp);
+  std::copy(b.begin(), b.end(), out);
+  return static_cast<int>(b.size());
 }
 void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<byte_ranges>& out) {
   if (lo > hi) return;

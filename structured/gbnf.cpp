@@ -6,6 +6,8 @@
 #include <map>
 #include <unordered_map>
 
+#include "model/detail/tokenizer_utf8.hpp"
+
 namespace troupe::structured {
 
 namespace {
@@ -488,23 +490,6 @@ class parser {
   }
 };
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // A code point inside a class, escaped where the class syntax needs it.
 void append_class_char(std::string& out, uint32_t cp) {
@@ -525,7 +510,7 @@ void append_class_char(std::string& out, uint32_t cp) {
     std::snprintf(buf, sizeof buf, "\\u%04X", cp);
     out += buf;
   } else {
-    append_utf8(out, cp);
+    model::detail::append_utf8(out, cp);
   }
 }
 

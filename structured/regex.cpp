@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "model/detail/tokenizer_utf8.hpp"
 #include "structured/gbnf.hpp"
 
 namespace troupe::structured {
@@ -323,21 +324,7 @@ class regex_translator {
 
   static std::string utf8(uint32_t cp) {
     std::string out;
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
+    model::detail::append_utf8(out, cp);
     return out;
   }
 

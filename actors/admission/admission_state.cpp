@@ -129,6 +129,18 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
                   retry);
   }
   const std::string tenant_name = spec.tenant.empty() ? "default" : spec.tenant;
+  if (cfg_.max_pending_per_tenant > 0) {
+    // One tenant's streams (many clients that never read, say) must not take every slot.
+    int32_t mine = 0;
+    for (const auto& [id, a] : pending_) mine += a.tenant == tenant_name ? 1 : 0;
+    if (mine >= cfg_.max_pending_per_tenant) {
+      ++st_.overloaded;
+      return reject(errc::rate_limited,
+                    "tenant '" + tenant_name + "' has " + std::to_string(mine) +
+                        " requests in progress, its limit (admission.max_pending_per_tenant); retry when one ends",
+                    1000);
+    }
+  }
   if (!policy_ && !gate_) return reject(errc::internal, "admission has no usable policy: " + policy_error_);
   admission_ask ask;
   ask.id = next_id_;

@@ -43,6 +43,7 @@ struct admission_config {
   int32_t max_tokens_cap = 4096;       // largest max_tokens a request may ask for
   int32_t default_max_tokens = 256;    // when a request does not say (cut to fit the context)
   int32_t max_pending = 256;           // admitted requests not finished yet (queued or running)
+  int32_t max_pending_per_tenant = 0;  // of those, one tenant's at most (0: no limit of its own)
   int32_t max_stop_strings = 8;
   int32_t max_prompt_tokens = 0;       // not enforced yet (the model's context is); 0: the model's context
   int64_t default_deadline_ms = 0;     // when a request does not say; 0: none

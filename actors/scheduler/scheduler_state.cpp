@@ -172,14 +172,20 @@ void scheduler_state::preempt(uint64_t id) {
   }
 }
 
-// Prefers padding of a dense batch (useless work), then a paused sequence (it makes no progress
-// anyway), then the running sequence the policy serves last. Only sequences not yet in this
-// step's draft.
-std::optional<uint64_t> scheduler_state::kv_victim(const draft& d, uint64_t for_id) const {
+// Padding of a dense batch (useless work), then a paused sequence (it makes no progress anyway).
+// Only sequences not yet in this step's draft.
+std::optional<uint64_t> scheduler_state::idle_victim(const draft& d, uint64_t for_id) const {
   for (auto it = running_.rbegin(); it != running_.rend(); ++it)
     if (*it != for_id && !d.ids.count(*it) && seqs_.at(*it).pad) return *it;
   for (auto it = running_.rbegin(); it != running_.rend(); ++it)
     if (*it != for_id && !d.ids.count(*it) && seqs_.at(*it).paused) return *it;
+  return std::nullopt;
+}
+
+// An idle sequence (above), else the running sequence the policy serves last (not yet in this
+// step's draft).
+std::optional<uint64_t> scheduler_state::kv_victim(const draft& d, uint64_t for_id) const {
+  if (auto v = idle_victim(d, for_id)) return v;
   for (auto it = running_.rbegin(); it != running_.rend(); ++it)
     if (*it != for_id && !d.ids.count(*it)) return *it;
   return std::nullopt;
@@ -301,7 +307,11 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
       const int32_t n = std::min(virtual_len(s) - cached, d.budget);
       bool ok = kv_.reserve(id, cached + n);
       while (!ok) {
-        auto victim = solo ? kv_victim(d, id) : priority_victim(s, now_us);
+        // Paused sequences give their blocks up first: otherwise a stream whose consumer reads
+        // (preempted above for memory) waits behind streams whose consumers do not, until those
+        // are cut off as slow consumers.
+        auto victim = idle_victim(d, id);
+        if (!victim) victim = solo ? kv_victim(d, id) : priority_victim(s, now_us);
         if (!victim) break;
         unschedule(d, *victim);
         preempt(*victim);
@@ -398,11 +408,21 @@ bool scheduler_state::spec_wanted(const seq& s, int32_t n_running) const {
   const auto& c = cfg_.speculative;
   if (s.spec_method.empty() || policy_->pads_finished()) return false;  // a dense batch steps in lockstep
   if (c.max_batch > 0 && n_running > c.max_batch) return false;
+  // Checked before its guess exists (a sequence that may speculate waits for its last sample):
+  // with k guesses; proposal_for checks again with the guess it got.
+  if (s.spec_skip == 0 && !spec_pays(s, c.k, n_running)) return false;
   // Each verified row is sampled on its own: penalties (whose window moves with every accepted
   // token), a constraint (whose matcher does) and logprobs (reported per token) are left out.
   const auto& p = s.req.sampling;
   return s.req.constraint.empty() && !s.req.logprobs && p.n_logprobs == 0 && p.repetition_penalty == 1.0f &&
          p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f;
+}
+
+bool scheduler_state::spec_pays(const seq& s, int32_t g, int32_t n_running) const {
+  const int32_t batch = std::max(1, n_running);
+  // Decode batches feed one token per sequence; prompt chunks in the same step only make the
+  // extra positions relatively cheaper, so this errs towards not speculating.
+  return speculation_pays(step_cost_, s.spec_rate * g, g, batch, batch, cfg_.max_steps_in_flight > 1 && batch > 1);
 }
 
 std::vector<int32_t> scheduler_state::proposal_for(seq& s, int32_t room, int32_t n_running) {
@@ -424,6 +444,7 @@ std::vector<int32_t> scheduler_state::proposal_for(seq& s, int32_t room, int32_t
   if (!pr) return {};  // unregistered since (a reload): decode plainly
   auto guess = (*pr)->propose(s.req.id, s.tokens, k);
   if (static_cast<int32_t>(guess.size()) > k) guess.resize(static_cast<size_t>(k));
+  if (!guess.empty() && !spec_pays(s, static_cast<int32_t>(guess.size()), n_running)) guess.clear();
   if (guess.empty()) s.spec_let_pipeline = true;
   return guess;
 }
@@ -438,11 +459,17 @@ void scheduler_state::apply_speculation(seq& s, const inflight_entry& e, const s
   st_.spec_proposed += e.proposed;
   st_.spec_accepted += accepted;
   const auto& c = cfg_.speculative;
-  s.spec_rate = 0.7 * s.spec_rate + 0.3 * static_cast<double>(accepted) / e.proposed;
+  // Half weight on the newest step: guesses that all fail turn it off after two steps (1, 0.5,
+  // 0.25 against the default 0.3), where 0.7/0.3 took four, each costing a pipelined step.
+  s.spec_rate = 0.5 * s.spec_rate + 0.5 * static_cast<double>(accepted) / e.proposed;
   if (s.spec_rate < c.min_acceptance) {
-    // Back off, then probe: starting from the threshold, one good step turns it on again.
-    s.spec_skip = c.probe_steps;
+    // Back off, then probe: starting from the threshold, one good step turns it on again. A
+    // probe that fails too backs off twice as long (up to 16x probe_steps).
+    s.spec_skip = c.probe_steps << std::min(s.spec_backoffs, 4);
+    s.spec_backoffs = std::min(s.spec_backoffs + 1, 4);
     s.spec_rate = c.min_acceptance;
+  } else if (accepted > 0) {
+    s.spec_backoffs = 0;
   }
   --s.pending_samples;
   bool alive = take_token(s, t.token, t.logprob, t.top);
@@ -508,6 +535,11 @@ void scheduler_state::apply(const step_result& r, int64_t now_us) {
     if (kv_current && !e.pad && !seqs_.at(e.id).pad) kv_.commit(e.id, s.tokens, s.n_computed);
   }
   release_pads_if_batch_done();
+  {
+    int32_t fed = 0;
+    for (const auto& e : rec.entries) fed += e.n_fed;
+    step_cost_.record(fed, now_us - started_us);
+  }
   feed_back(rec, r, now_us - started_us, now_us, std::move(tenant_fed));
 }
 

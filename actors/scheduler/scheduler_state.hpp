@@ -17,6 +17,8 @@
 // produced, and the KV of rejected positions is cut off (kv_manager::truncate) before anything
 // hashes it. How many tokens such a step yields is known only when its answer is in, so a
 // speculating sequence is not pipelined: it is planned again after its answer (the others are).
+// Whether speculating pays at this batch is decided from the measured step times
+// (speculative/step_cost.hpp), per sequence from its rolling acceptance.
 //
 // Fault isolation: when a step fails (the executor answers with an error, throws, or times out)
 // its sequences are not failed together, since usually one of them is the cause. They are queued
@@ -38,6 +40,7 @@
 #include "actors/request.hpp"
 #include "actors/scheduler/policy.hpp"
 #include "actors/scheduler/scheduler.hpp"
+#include "actors/scheduler/speculative/step_cost.hpp"
 #include "actors/scheduler/step.hpp"
 #include "model/kv_manager.hpp"
 
@@ -117,6 +120,7 @@ class scheduler_state {
     bool spec_let_pipeline = false;  // its last try found nothing to propose: pipeline one step
     double spec_rate = 1.0;
     int32_t spec_skip = 0;
+    int32_t spec_backoffs = 0;       // back-offs in a row (each waits twice as long, up to 16x)
     int32_t spec_proposed = 0;
     int32_t spec_accepted = 0;
     // Fault isolation: answers of steps planned before the fault (kv_epoch below this) are
@@ -155,6 +159,9 @@ class scheduler_state {
   void unschedule(draft& d, uint64_t id);
   void preempt(uint64_t id);
   std::optional<uint64_t> kv_victim(const draft& d, uint64_t for_id) const;
+  // A running sequence that makes no progress (dense-batch padding, or paused by its consumer)
+  // and is not in this step's draft: its KV blocks are the cheapest to take.
+  std::optional<uint64_t> idle_victim(const draft& d, uint64_t for_id) const;
   std::optional<uint64_t> priority_victim(const seq& waiting, int64_t now_us) const;
   void finish(uint64_t id, const std::string& reason);
   void fail(uint64_t id, const std::string& code, const std::string& message);
@@ -175,8 +182,11 @@ class scheduler_state {
   // `room` of them; n_running is the step's batch so far.
   std::vector<int32_t> proposal_for(seq& s, int32_t room, int32_t n_running);
   // Whether `s` may speculate in a step of n_running sequences (its method, its sampling, the
-  // batch bound; not whether it has a guess).
+  // batch bound, and whether k guesses at its acceptance pay at this batch: step_cost.hpp; not
+  // whether it has a guess).
   bool spec_wanted(const seq& s, int32_t n_running) const;
+  // Whether g guesses of `s` pay in a step of n_running sequences (speculation_pays).
+  bool spec_pays(const seq& s, int32_t g, int32_t n_running) const;
   // The proposer named `method`, made on first use.
   result<proposer*> proposer_of(const std::string& method);
   void apply_speculation(seq& s, const inflight_entry& e, const sampled_token& t);
@@ -201,6 +211,7 @@ class scheduler_state {
   std::deque<inflight_step> inflight_;
   std::unordered_map<uint64_t, int64_t> tombstones_;  // dropped before they arrived: id -> when
   std::map<std::string, std::unique_ptr<proposer>> proposers_;
+  step_cost step_cost_;  // step wall time by tokens fed, for spec_pays
   std::vector<uint64_t> suspects_;  // in the order they are run alone
   uint64_t next_step_ = 1;
   int64_t last_answer_us_ = 0;  // when the executor's last answer came (steps run one after another)

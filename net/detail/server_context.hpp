@@ -62,7 +62,8 @@ struct server_context {
     }
     ++connections;
     ++mine;
-    return std::shared_ptr<void>(nullptr, [this, client](void*) {
+    // Not null: a slot is told from a refusal (no slot) by its pointer.
+    return std::shared_ptr<void>(static_cast<void*>(this), [this, client](void*) {
       std::lock_guard<std::mutex> lock(connections_mu);
       --connections;
       auto it = per_client.find(client);

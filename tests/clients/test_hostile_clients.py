@@ -355,3 +355,17 @@ def test_failed_auth_frames_close_the_socket_and_one_identity_per_socket():
                     await asyncio.wait_for(ws.recv(), 10)
                 assert e.value.rcvd.code == 1008, e.value
         asyncio.run(go())
+
+
+def test_hundreds_of_connections_under_the_limits_are_all_served():
+    # A regression: every connection once counted as a refusal, so the 65th was closed unanswered.
+    with running_server("--no-cache") as s:
+        held = [socket.create_connection(("127.0.0.1", s.port), timeout=30) for _ in range(200)]
+        try:
+            time.sleep(0.5)
+            for _ in range(3):
+                with raw(s, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") as c:
+                    assert read_response(c)[0] == 200
+        finally:
+            for h in held:
+                h.close()

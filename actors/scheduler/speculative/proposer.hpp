@@ -23,16 +23,19 @@ namespace troupe::actors {
 // The [speculative] section (config/reference.toml documents each key).
 struct speculative_config {
   std::string method = "off";     // "off" or a name in proposer_registry(); a request may choose another
+                                  // (off by default: bench/README.md, "Speculative decoding")
   int32_t k = 4;                  // most tokens proposed in one step
-  int32_t ngram_min = 2;          // ngram: the shortest suffix of the sequence to look up
+  int32_t ngram_min = 2;          // ngram and suffix: the shortest suffix of the sequence to look up
   int32_t ngram_max = 4;          // ngram: the longest (tried first)
-  // A request whose rolling acceptance (accepted / proposed, over its recent proposals) falls
-  // below this stops proposing for probe_steps decode steps, then tries again.
+  // A request whose rolling acceptance (accepted / proposed, half weight on the newest step)
+  // falls below this stops proposing for probe_steps decode steps, then tries again (a failed
+  // probe backs off twice as long, up to 16x).
   double min_acceptance = 0.3;
   int32_t probe_steps = 32;
-  // Nobody speculates in a step with more decoding sequences than this: a large batch is
-  // compute-bound, where verified positions cost real time. 0: no bound.
-  int32_t max_batch = 8;
+  // Nobody speculates in a step with more running sequences than this. 0: no fixed bound; the
+  // bound that counts is measured (step_cost.hpp: speculation only where the verified positions'
+  // measured extra time is paid for by the tokens the sequence's acceptance promises).
+  int32_t max_batch = 0;
 };
 
 inline bool operator==(const speculative_config& a, const speculative_config& b) {

@@ -143,3 +143,27 @@ TEST(admission_state, chat_messages_are_rendered) {
   s.messages = {{"robot", "hi"}};
   EXPECT_NE(a.admit(s, 0).error.message.find("robot"), std::string::npos);
 }
+
+// One tenant's requests in progress are capped (issue 24, item 6); another tenant is not held back.
+TEST(admission_state, one_tenants_requests_in_progress_are_capped) {
+  auto cfg = acfg();
+  cfg.max_pending = 10;
+  cfg.max_pending_per_tenant = 2;
+  admission_state a(cfg, make_byte_codec());
+  auto spec_for = [](const std::string& tenant) {
+    auto s = spec("hello", 4);
+    s.tenant = tenant;
+    return s;
+  };
+  ASSERT_TRUE(a.admit(spec_for("a"), 1).ok);
+  const auto second = a.admit(spec_for("a"), 2);
+  ASSERT_TRUE(second.ok);
+  auto c = a.admit(spec_for("a"), 3);
+  ASSERT_FALSE(c.ok);
+  EXPECT_EQ(c.error.code, errc::rate_limited);
+  EXPECT_NE(c.error.message.find("admission.max_pending_per_tenant"), std::string::npos) << c.error.message;
+  EXPECT_GT(c.error.retry_after_ms, 0);
+  EXPECT_TRUE(a.admit(spec_for("b"), 4).ok);
+  a.on_closed(second.request.id, 5);
+  EXPECT_TRUE(a.admit(spec_for("a"), 6).ok) << "a slot of its own again once one ends";
+}

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <algorithm>
 #include <deque>
 #include <map>
@@ -59,6 +61,8 @@ struct harness {
   std::vector<step_plan> plans;  // every plan, for inspection
   std::deque<step_plan> queue;
   int64_t now = 1000;
+  // The time a step takes, by what it feeds (default: 1 ms each): the scheduler measures it.
+  std::function<int64_t(const step_plan&)> step_us;
 
   harness(fake_options o, scheduler_config c, const std::string& pol = "fcfs", policy_options po = {})
       : fo(o),
@@ -85,7 +89,7 @@ struct harness {
     auto p = std::move(queue.front());
     queue.pop_front();
     auto r = exec.run(p);
-    now += 1000;
+    now += step_us ? step_us(p) : 1000;
     sched.apply(r, now);
     collect();
     return true;
@@ -366,6 +370,33 @@ TEST(scheduler_state, paused_sequence_is_not_scheduled_until_resumed) {
   h.sched.resume(1);
   h.run();
   EXPECT_EQ(h.tokens[1], fake_reference(fo, p, 10));
+}
+
+// A paused sequence holds KV memory and makes no progress: a waiting sequence (preempted for
+// memory while its consumer reads on) takes its blocks, rather than wait behind it until the
+// paused stream is cut off as a slow consumer. The paused one recomputes once resumed.
+TEST(scheduler_state, a_waiting_sequence_takes_kv_blocks_from_a_paused_one) {
+  fake_options fo;
+  fo.n_blocks = 8;  // 32 token slots for two requests of 6 + 20 tokens
+  fo.block_size = 4;
+  harness h(fo, cfg(64, 8));
+  const auto a = prompt_of(1, 6), b = prompt_of(2, 6);
+  h.sched.enqueue(req(1, a, 20, 1), h.now);
+  h.sched.enqueue(req(2, b, 20, 2), h.now);
+  // Both decode until memory runs out: the one served last (2) is preempted.
+  while (h.sched.stats().preemptions == 0 && h.step()) {
+  }
+  ASSERT_EQ(h.sched.stats().preemptions, 1);
+  ASSERT_FALSE(h.finished.count(1));
+  h.sched.pause(1);  // 1's consumer stops reading; 2's reads on
+  h.run();
+  ASSERT_TRUE(h.finished.count(2)) << "the waiting sequence starved behind the paused one";
+  EXPECT_EQ(h.tokens[2], fake_reference(fo, b, 20));
+  EXPECT_FALSE(h.finished.count(1));
+  h.sched.resume(1);
+  h.run();
+  EXPECT_EQ(h.tokens[1], fake_reference(fo, a, 20));
+  EXPECT_EQ(h.sched.kv().pool().available(), fo.n_blocks);
 }
 
 TEST(scheduler_state, deadlines_fail_queued_and_finish_running) {
@@ -858,7 +889,33 @@ TEST(scheduler_state, speculation_backs_off_when_guesses_fail) {
   };
   const int always = tries(0.0), backing_off = tries(0.5);
   EXPECT_GE(always, 8);
-  // Two failures bring the rolling rate (0.7 per step) under 0.5; then one probe per 10 steps.
+  // Two failures bring the rolling rate (half weight per step) under 0.5; then a probe after 10
+  // steps, and after 20 when that one fails too.
   EXPECT_GE(backing_off, 2);
   EXPECT_LE(backing_off, 4);
+}
+
+// The batch bound is measured, not configured (max_batch 0): with step times that grow steeply
+// with the tokens fed (compute-bound), 16 sequences do not speculate, since 4 verified positions
+// would cost the whole batch more than the accepted tokens save; one sequence alone does. With
+// nearly flat step times (memory-bound) the 16 do. The outputs are the same in every case.
+TEST(scheduler_state, speculation_stops_where_the_measured_step_cost_is_high) {
+  auto fo = copying();
+  auto p = repeated(fo.script, 20);
+  auto proposals = [&](int64_t us_per_token, uint64_t batch, size_t min_entries) {
+    harness h(fo, spec_cfg("ngram", 4, 1, /*max_batch*/ 0));
+    h.step_us = [&](const step_plan& plan) { return 1000 + us_per_token * plan.n_tokens(); };
+    for (uint64_t i = 1; i <= batch; ++i) h.sched.enqueue(req(i, p, 40), h.now);
+    h.run();
+    for (uint64_t i = 1; i <= batch; ++i) EXPECT_EQ(h.tokens[i], fake_reference(fo, p, 40)) << i;
+    EXPECT_EQ(h.sched.kv().pool().available(), fo.n_blocks);
+    size_t n = 0;
+    for (const auto& plan : h.plans)
+      if (plan.entries.size() >= min_entries)
+        for (const auto& e : plan.entries) n += e.proposal.size();
+    return n;
+  };
+  EXPECT_EQ(proposals(/*compute-bound*/ 400, 16, 8), 0u);
+  EXPECT_GT(proposals(/*compute-bound*/ 400, 1, 1), 0u);
+  EXPECT_GT(proposals(/*memory-bound*/ 10, 16, 8), 0u);
 }
