@@ -51,7 +51,7 @@ void stream_record::cancel() {
   if (c) c();
 }
 
-void stream_record::add_token(int32_t index, std::string text) {
+void stream_record::add_token(int32_t index, std::string text, std::string logprobs) {
   bool now = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -59,13 +59,13 @@ void stream_record::add_token(int32_t index, std::string text) {
       ++handed_;
       std::weak_ptr<stream_record> w = weak_from_this();
       const uint64_t gen = attach_gen_;
-      sink_(token_frame(id_, index, text), [w, gen] {
+      sink_(token_frame(id_, index, text, logprobs), [w, gen] {
         if (auto r = w.lock()) r->written(gen);
       });
     } else {
       now = true;
     }
-    tokens_.emplace_back(index, std::move(text));
+    tokens_.push_back({index, std::move(text), std::move(logprobs)});
     while (tokens_.size() > keep_) tokens_.pop_front();
   }
   if (now) ack(1);
@@ -93,14 +93,14 @@ bool stream_record::attach(frame_sink sink, int64_t from_index, const void* tag,
   int32_t release = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!tokens_.empty() && tokens_.front().first > from_index + 1) return false;
+    if (!tokens_.empty() && tokens_.front().index > from_index + 1) return false;
     if (tokens_.empty() && final_ && from_index + 1 < 0) return false;
     // The connection that had it (still open: a client that came back on a new one before the
     // server noticed the old one drop) hears that the stream went elsewhere.
     if (sink_ && tag_ != tag && !final_ && !displaced.empty()) sink_(std::move(displaced), {});
     // Replayed frames were acknowledged already (written, or recorded while away).
-    for (const auto& [index, text] : tokens_)
-      if (index > from_index) sink(token_frame(id_, index, text), {});
+    for (const auto& t : tokens_)
+      if (t.index > from_index) sink(token_frame(id_, t.index, t.text, t.logprobs), {});
     if (final_) sink(*final_, {});
     release = handed_;  // another connection's unwritten frames: it lost them
     handed_ = 0;

@@ -61,7 +61,7 @@ class stream_record : public std::enable_shared_from_this<stream_record> {
   // final frame (forwarded as it is). `hold` (may be
   // empty) lives until the final frame is written or dropped by the attached connection, or
   // goes at once when none is attached (a drain waits on it).
-  void add_token(int32_t index, std::string text);
+  void add_token(int32_t index, std::string text, std::string logprobs = {});
   void finish(std::string frame, clock::time_point now, clock::duration window, std::shared_ptr<void> hold = {});
 
   // Attaches `sink` after replaying every frame with an index above `from_index`, and the final
@@ -84,7 +84,12 @@ class stream_record : public std::enable_shared_from_this<stream_record> {
   std::string id_;
   std::string resume_key_;
   size_t keep_;
-  std::deque<std::pair<int32_t, std::string>> tokens_;  // index, text
+  struct kept_token {
+    int32_t index;
+    std::string text;
+    std::string logprobs;  // the frame's logprob members, when the stream asked for them
+  };
+  std::deque<kept_token> tokens_;
   std::optional<std::string> final_;
   frame_sink sink_;
   const void* tag_ = nullptr;

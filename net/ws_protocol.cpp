@@ -33,9 +33,18 @@ parsed_frame parse_client_frame(std::string_view text) {
   if (type == "generate") {
     f.type = frame_type::generate;
     detail::known_fields(r, {TROUPE_COMMON_FIELDS, "type", "id", "messages", "prompt", "resume_key", "tools",
-                             "tool_choice"});
+                             "tool_choice", "logprobs", "top_logprobs"});
     need_id();
     detail::read_common(r, f.spec);
+    // logprobs: each token frame carries its logprob; top_logprobs (0..20) adds the alternatives.
+    r.boolean("logprobs", f.spec.logprobs);
+    int64_t top = 0;
+    r.integer("top_logprobs", top);
+    if (!r.err && (top < 0 || top > 20)) r.err = bad_request("'top_logprobs' must be in [0, 20]", "top_logprobs");
+    if (!r.err && top > 0 && !f.spec.logprobs)
+      r.err = bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    f.spec.sampling.n_logprobs = static_cast<int32_t>(top);
+    detail::bypass_cache_for(r, f.spec, f.spec.logprobs, "logprobs");
     detail::read_tools(r, f.spec);
     detail::read_messages(r, f.spec);
     bool seen = false;
@@ -84,10 +93,33 @@ parsed_frame parse_client_frame(std::string_view text) {
   return out;
 }
 
-std::string token_frame(std::string_view id, int32_t index, std::string_view text) {
+std::string token_frame(std::string_view id, int32_t index, std::string_view text, std::string_view logprobs) {
   json_writer w;
   w.begin_object().field("type", "token").field("id", id).field("index", index).field("text", text).end_object();
-  return w.take();
+  std::string out = w.take();
+  if (!logprobs.empty()) {
+    out.pop_back();  // the closing brace: the logprob members go inside
+    out += ',';
+    out += logprobs;
+    out += '}';
+  }
+  return out;
+}
+
+std::string token_logprobs_json(std::string_view piece, float logprob,
+                                const std::vector<std::pair<std::string, float>>& top, bool with_top) {
+  json_writer w;
+  w.begin_object().field("token", piece).key("logprob").value_float32(logprob);
+  if (with_top) {
+    w.key("top_logprobs").begin_array();
+    for (const auto& [p, lp] : top) {
+      w.begin_object().field("token", p).key("logprob").value_float32(lp).end_object();
+    }
+    w.end_array();
+  }
+  w.end_object();
+  std::string out = w.take();
+  return out.substr(1, out.size() - 2);  // the members, without the braces
 }
 
 std::string done_frame(std::string_view id, const actors::done_event& d, const std::vector<actors::tool_call>& calls) {

@@ -34,7 +34,13 @@ struct parsed_frame {
 
 parsed_frame parse_client_frame(std::string_view text);
 
-std::string token_frame(std::string_view id, int32_t index, std::string_view text);
+// `logprobs`: the token's own members `"logprob":..,"top_logprobs":[..]` (JSON, no braces) when
+// the stream asked for them (token_logprobs_json), else empty.
+std::string token_frame(std::string_view id, int32_t index, std::string_view text, std::string_view logprobs = {});
+// A token's logprob members for its frame: `token` (its text, U+FFFD for a partial UTF-8
+// sequence) and `logprob`, and with alternatives asked `top_logprobs` [{token, logprob}].
+std::string token_logprobs_json(std::string_view piece, float logprob,
+                                const std::vector<std::pair<std::string, float>>& top, bool with_top);
 // `calls`: the tool calls read from the reply (a request with tools), as OpenAI shapes them.
 std::string done_frame(std::string_view id, const actors::done_event& d,
                        const std::vector<actors::tool_call>& calls = {});

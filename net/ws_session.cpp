@@ -235,13 +235,21 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
       tools = std::make_shared<structured::tool_call_parser>(ctx_.inf.tool_format());
     // Runs on pipeline threads, one event at a time: records into the stream (which forwards to
     // whoever is attached).
-    auto on_event = [rec, id, &met, recorder = request_recorder(met), window, hold,
-                     tools](const actors::event& e) mutable {
+    const bool logprobs = f.spec.logprobs;
+    const bool with_top = f.spec.sampling.n_logprobs > 0;
+    auto on_event = [rec, id, &met, recorder = request_recorder(met), window, hold, tools, logprobs, with_top,
+                     &inf = ctx_.inf](const actors::event& e) mutable {
       const auto now = std::chrono::steady_clock::now();
       recorder.record(e, now);
       if (auto* t = std::get_if<actors::token_event>(&e)) {
         if (tools) tools->push(t->text);
-        rec->add_token(t->index, t->text);
+        std::string lp;
+        if (logprobs) {
+          std::vector<std::pair<std::string, float>> top;
+          for (const auto& alt : t->top) top.emplace_back(inf.token_piece(alt.token), alt.logprob);
+          lp = token_logprobs_json(inf.token_piece(t->token), t->logprob, top, with_top);
+        }
+        rec->add_token(t->index, t->text, std::move(lp));
       } else if (auto* d = std::get_if<actors::done_event>(&e)) {
         std::vector<actors::tool_call> calls;
         actors::done_event done = *d;

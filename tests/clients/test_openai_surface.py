@@ -515,3 +515,26 @@ def test_speculative_must_be_a_known_method_or_false(client):
     with pytest.raises(openai.BadRequestError) as e:
         chat(client, extra_body={"speculative": "eagle", "cache": False})
     assert "eagle" in e.value.body["message"] and "ngram" in e.value.body["message"], e.value.body
+
+
+def test_websocket_token_frames_carry_logprobs_like_http(server, client):
+    """The same greedy request over HTTP and the WebSocket: the same tokens and logprobs."""
+    messages = [{"role": "user", "content": "Name a colour."}]
+    http = client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=6, temperature=0,
+                                          logprobs=True, top_logprobs=2)
+    want = [(c.token, c.logprob) for c in http.choices[0].logprobs.content]
+
+    async def run():
+        async with connect(server.ws_url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+            await ws.send(json.dumps({"type": "generate", "id": "lp", "messages": messages, "max_tokens": 6,
+                                      "temperature": 0, "logprobs": True, "top_logprobs": 2}))
+            return await read_until_end(ws, "lp")
+    toks, done = asyncio.run(run())
+    assert done["type"] == "done", done
+    got = [(t["token"], t["logprob"]) for t in toks]
+    assert [g[0] for g in got] == [w[0] for w in want]
+    for (_, a), (_, b) in zip(got, want):
+        assert math.isclose(a, b, abs_tol=1e-4)
+    for t in toks:
+        assert len(t["top_logprobs"]) == 2
+        assert t["logprob"] >= max(x["logprob"] for x in t["top_logprobs"]) - 1e-6, "greedy: the best token"

@@ -150,3 +150,23 @@ TEST(ws_protocol, generate_takes_constraints_and_tools_and_names_unknown_fields)
             "max_tokens");
   EXPECT_EQ(parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","id":"b"})").error.param, "id");
 }
+
+TEST(ws_protocol, logprobs_on_the_generate_frame_and_in_token_frames) {
+  auto g = parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","logprobs":true,"top_logprobs":2})");
+  ASSERT_TRUE(g.frame) << g.error.message;
+  EXPECT_TRUE(g.frame->spec.logprobs);
+  EXPECT_EQ(g.frame->spec.sampling.n_logprobs, 2);
+  EXPECT_EQ(g.frame->spec.cache, cache::cache_choice::refused) << "a cached answer has no logprobs";
+  EXPECT_EQ(parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","top_logprobs":2})").error.param,
+            "top_logprobs");
+  EXPECT_EQ(parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","logprobs":true,"top_logprobs":21})")
+                .error.param,
+            "top_logprobs");
+  const auto members = token_logprobs_json("Hi", -0.25f, {{" there", -1.5f}, {"\xE2\x80", -2.0f}}, true);
+  const auto frame = token_frame("a", 3, "Hi", members);
+  EXPECT_EQ(frame.rfind(R"({"type":"token","id":"a","index":3,"text":"Hi","token":"Hi","logprob":-0.25,)", 0), 0u)
+      << frame;
+  EXPECT_NE(frame.find(R"("top_logprobs":[{"token":" there","logprob":-1.5})"), std::string::npos) << frame;
+  EXPECT_EQ(frame.back(), '}');
+  EXPECT_EQ(token_frame("a", 3, "Hi"), R"({"type":"token","id":"a","index":3,"text":"Hi"})");
+}

@@ -25,7 +25,10 @@ std::optional<double> step_cost::time_us(int32_t n_tokens) const {
   if (hi == n) return avg_us_[n];
   size_t lo = n;
   while (lo > 0 && avg_us_[lo] < 0) --lo;
-  if (lo == 0) return avg_us_[hi];
+  // Below every measurement: proportional to the tokens (the steepest a step's time grows). Not
+  // the nearest time above: that would make every smaller step cost the same, so extra positions
+  // look free and, once every sequence speculates, no plain step is ever measured to correct it.
+  if (lo == 0) return avg_us_[hi] * static_cast<double>(n) / static_cast<double>(hi);
   const double f = static_cast<double>(n - lo) / static_cast<double>(hi - lo);
   return avg_us_[lo] + f * (avg_us_[hi] - avg_us_[lo]);
 }

@@ -28,8 +28,9 @@ class step_cost {
   // A step that fed n_tokens took us microseconds.
   void record(int32_t n_tokens, int64_t us);
   // The expected time of a step of n_tokens, from the measured counts around it (linear
-  // between the nearest measured below and above; the nearest above alone: its time, an upper
-  // bound); nothing when no step of n_tokens or more was measured.
+  // between the nearest measured below and above; below every measurement, proportional to the
+  // nearest above: extra positions look their most expensive until a smaller step is measured);
+  // nothing when no step of n_tokens or more was measured.
   std::optional<double> time_us(int32_t n_tokens) const;
 
  private:

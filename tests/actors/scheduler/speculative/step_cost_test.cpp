@@ -14,14 +14,14 @@ TEST(step_cost, averages_interpolates_and_knows_what_it_has_not_measured) {
   EXPECT_DOUBLE_EQ(*c.time_us(4), 1250.0);
   c.record(12, 3250);
   EXPECT_DOUBLE_EQ(*c.time_us(8), 2250.0);  // halfway between 4 and 12
-  EXPECT_DOUBLE_EQ(*c.time_us(2), 1250.0);  // below every measurement: the nearest above bounds it
+  EXPECT_DOUBLE_EQ(*c.time_us(2), 625.0);   // below every measurement: proportional to the nearest
   EXPECT_FALSE(c.time_us(13).has_value());  // above every measurement: unknown
   c.record(5000, 9000);                     // past the table: shares its last entry
   EXPECT_DOUBLE_EQ(*c.time_us(step_cost::max_tokens), 9000.0);
   EXPECT_TRUE(c.time_us(20).has_value());
   c.record(0, 10);  // nothing fed: ignored
   c.record(3, -5);  // a clock that went back: ignored
-  EXPECT_DOUBLE_EQ(*c.time_us(3), 1250.0);
+  EXPECT_DOUBLE_EQ(*c.time_us(3), 937.5);
 }
 
 TEST(step_cost, speculation_pays_where_extra_positions_are_cheap_against_what_they_save) {
