@@ -169,6 +169,30 @@ class generator {
     return name;
   }
 
+  // A rule for the strings texts[from, to) (sorted, sharing their first `depth` characters):
+  // "ends here" if one of them is exactly that prefix, else a next character and its own rule.
+  std::string digit_trie(const std::string& hint, const std::vector<std::string>& texts, size_t from, size_t to,
+                         size_t depth) {
+    std::string alts;
+    bool ends = false;
+    for (size_t i = from; i < to;) {
+      if (texts[i].size() == depth) {
+        ends = true;
+        ++i;
+        continue;
+      }
+      const char c = texts[i][depth];
+      size_t j = i;
+      while (j < to && texts[j].size() > depth && texts[j][depth] == c) ++j;
+      const bool leaf = j - i == 1 && texts[i].size() == depth + 1;
+      const std::string next = leaf ? std::string() : " " + digit_trie(hint, texts, i, j, depth + 1);
+      alts += (alts.empty() ? "" : " | ") + gbnf_literal(std::string(1, c)) + next;
+      i = j;
+    }
+    if (ends) alts = alts.empty() ? "\"\"" : "(" + alts + ")?";
+    return add(hint, alts);
+  }
+
   std::string str_char() {
     return common("char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})");
   }
@@ -642,9 +666,14 @@ class generator {
       if (hi < lo) return fail("integer range is empty (maximum below minimum)", ptr);
       if (hi - lo >= max_enumerated_integers)
         return fail("integer range wider than " + std::to_string(max_enumerated_integers) + " values is not supported", ptr);
-      std::string alts;
-      for (int64_t x = lo; x <= hi; ++x) alts += (alts.empty() ? "\"" : " | \"") + std::to_string(x) + "\"";
-      out = add(hint, alts);
+      // The numbers as a trie of their digits, one rule per shared prefix: a matcher state then
+      // holds a stack per possible next digit, not one per number of the range (a flat list of
+      // 100 literals made every state inside the number 100 stacks deep in alternatives, and each
+      // token mask a walk over all of them).
+      std::vector<std::string> texts;
+      for (int64_t x = lo; x <= hi; ++x) texts.push_back(std::to_string(x));
+      std::sort(texts.begin(), texts.end());
+      out = digit_trie(hint, texts, 0, texts.size(), 0);
       return {};
     }
     if (has_lo && !has_hi && (lo == 0 || lo == 1)) {

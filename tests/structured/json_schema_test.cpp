@@ -236,3 +236,13 @@ TEST(JsonSchema, JsonObjectKindIsBoundedInDepth) {
   EXPECT_FALSE(accepts(R"({"a": [[[[[[[[1]]]]]]]]})"));     // 9 levels
   EXPECT_EQ(json_object_gbnf("x").rfind("x ::= ", 0), 0u);
 }
+
+TEST(JsonSchema, IntegerRangesAcceptExactlyTheirNumbers) {
+  // Written as a trie of digits (few matcher stacks per state): every number in, none out.
+  auto r = schema(R"({"type": "integer", "minimum": -12, "maximum": 130})");
+  for (int x = -200; x <= 300; ++x) EXPECT_EQ(r.accepts(std::to_string(x)), x >= -12 && x <= 130) << x;
+  for (const char* bad : {"007", "-0", "1.0", "", "-", "13 0"}) EXPECT_FALSE(r.accepts(bad)) << bad;
+  auto one = schema(R"({"type": "integer", "minimum": 7, "maximum": 7})");
+  EXPECT_TRUE(one.accepts("7"));
+  EXPECT_FALSE(one.accepts("70"));
+}
