@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "app/bench_command.hpp"
+#include "bench/cpu_name.hpp"
 #include "model/backend.hpp"
 #include "model/batch_generator.hpp"
 #include "model/loaded_model.hpp"
@@ -34,13 +35,6 @@ struct grammar_bench_options {
   int threads = 0;  // decode step: backend threads (0: all cores)
 };
 
-std::string cpu_model_name() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
-}
 
 double us_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
@@ -104,7 +98,7 @@ double batch16_step_ms(model::backend& be) {
 }
 
 int run_grammar_bench(const grammar_bench_options& o) {
-  std::printf("troupe bench grammar\nCPU: %s\n", cpu_model_name().c_str());
+  std::printf("troupe bench grammar\nCPU: %s\n", cpu_name().c_str());
   auto lm = model::loaded_model::load(o.model);
   if (!lm.ok()) {
     std::fprintf(stderr, "error: %s\n", lm.error().c_str());

@@ -42,6 +42,7 @@
 
 #include "actors/router/router_state.hpp"
 #include "app/bench_command.hpp"
+#include "bench/cpu_name.hpp"
 #include "model/kv_block_pool.hpp"
 
 namespace troupe::bench {
@@ -92,16 +93,6 @@ std::vector<uint64_t> block_hashes(const std::vector<int32_t>& tokens) {
   return out;
 }
 
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) {
-      auto colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(colon + 2);
-    }
-  return "unknown";
-}
 
 // --- workload ---------------------------------------------------------------------------------
 
@@ -566,7 +557,7 @@ int run_router_bench(const router_bench_options& o) {
 
   std::printf("troupe bench router: the real router_state and routing policies, replicas simulated "
               "(discrete events in simulated time, no model)\n");
-  std::printf("CPU (router timings): %s, 1 thread\n", cpu_model().c_str());
+  std::printf("CPU (router timings): %s, 1 thread\n", cpu_name().c_str());
   std::printf("replica model: step = %.1f ms + %.1f us x tokens fed; up to %d sequences, %d tokens a step "
               "(chunked prefill, decodes first); prefix cache %d blocks x %d tokens, LRU; load reports every %lld ms\n",
               o.step_base_ms, o.step_token_us, o.max_seqs, o.step_tokens, o.cache_blocks, block_size,

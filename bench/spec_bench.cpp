@@ -24,6 +24,7 @@
 #include "actors/scheduler/speculative/proposer.hpp"
 #include "actors/supervisor/pipeline.hpp"
 #include "app/bench_command.hpp"
+#include "bench/cpu_name.hpp"
 #include "model/llama_model.hpp"
 
 namespace troupe::bench {
@@ -42,13 +43,6 @@ struct spec_options {
   int repeat = 2;
 };
 
-std::string cpu_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
-}
 
 const std::vector<std::string>& copy_prompts() {
   static const std::vector<std::string> p = {

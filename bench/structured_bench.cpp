@@ -21,6 +21,7 @@
 #include "actors/runtime.hpp"
 #include "actors/supervisor/pipeline.hpp"
 #include "app/bench_command.hpp"
+#include "bench/cpu_name.hpp"
 #include "model/llama_model.hpp"
 
 namespace troupe::bench {
@@ -38,13 +39,6 @@ struct structured_options {
   int rounds = 3;
 };
 
-std::string cpu_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown CPU";
-}
 
 struct run_figures {
   double wall_s = 0;
