@@ -19,6 +19,16 @@
 // and a byte -> a state id), so a long token costs one table lookup per byte when the state
 // repeats (JSON string contents). Masks are cached per compiled constraint keyed by the state
 // (shared by every sequence and thread; bounded).
+//
+// States that differ only deep in their stacks (the 7th item of an array against the 8th, a string
+// inside one object member against the same string type inside another) share most of their mask:
+// a token that never pops below the top few frames is allowed or not whatever lies beneath. So a
+// state missing from the cache is cut to its stacks' top `context_frames` frames over a marker, and
+// that cut state's walk is cached too (by the cut key): the tokens it allows outright, and the trie
+// nodes where some stack popped into the marker (there the rest of the stack decides). The state's
+// own mask is then that cached part plus a walk of only those nodes' subtrees with the whole
+// stacks: typically a few hundred tokens instead of the vocabulary (the idea of XGrammar's
+// context-independent tokens; arXiv 2411.15100).
 #include "structured/constraint.hpp"
 
 #include <algorithm>
@@ -199,11 +209,40 @@ class compiled_constraint {
   std::vector<int64_t> min_from;
   std::vector<int64_t> min_rule;
 
-  // The mask cache: state key -> mask. Bounded; the oldest entries go first.
+
+  // Two bounded caches (the oldest entries go first), shared by every sequence and thread:
+  // a state's whole key -> its mask, and a cut state's key -> the part of its walk that holds
+  // whatever lies beneath the cut.
+  struct cut_walk {
+    bool too_shallow = false;       // the cut decided too much of the vocabulary: cut deeper
+    std::vector<uint64_t> mask;     // tokens allowed whatever lies beneath the cut
+    std::vector<uint32_t> pending;  // trie nodes (preorder, ascending) whose subtrees, themselves
+                                    // included, the frames beneath the cut decide
+  };
+  template <typename V>
+  struct bounded_cache {
+    std::unordered_map<std::string, std::shared_ptr<const V>> items;
+    std::deque<std::string> order;
+    std::atomic<int64_t> hits{0}, misses{0};
+    std::shared_ptr<const V> find(const std::string& key) {
+      auto it = items.find(key);
+      if (it == items.end()) return nullptr;
+      ++hits;  // counted under a shared lock: a relaxed figure for benchmarks, not for logic
+      return it->second;
+    }
+    void put(const std::string& key, std::shared_ptr<const V> v, size_t max_items) {
+      ++misses;
+      if (!items.emplace(key, std::move(v)).second) return;
+      order.push_back(key);
+      while (items.size() > max_items) {
+        items.erase(order.front());
+        order.pop_front();
+      }
+    }
+  };
   mutable std::shared_mutex mu;
-  mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint64_t>>> masks;
-  mutable std::deque<std::string> order;
-  mutable std::atomic<int64_t> hits{0}, misses{0};
+  mutable bounded_cache<std::vector<uint64_t>> masks;
+  mutable bounded_cache<cut_walk> cuts;
   size_t max_masks = 1024;
 
   uint32_t add_set(const byte_set& s) {
@@ -309,9 +348,14 @@ namespace {
 
 using stack = std::vector<uint32_t>;
 
+// The bottom of a cut stack: what lies beneath is not known here.
+constexpr uint32_t cut_marker = std::numeric_limits<uint32_t>::max();
+
 struct rstate {
-  std::vector<stack> stacks;  // sorted, unique; every top is a byte-set position
+  std::vector<stack> stacks;  // sorted, unique; every top is a byte-set position (or a cut marker)
   bool accepting = false;     // an empty stack: the output may end here
+  bool touched_cut = false;   // the byte that made this state was one a cut stack would have
+                              // consumed beneath its marker (not part of the state: not in the key)
   bool dead() const { return stacks.empty() && !accepting; }
   std::string key() const {
     std::string k;
@@ -334,6 +378,10 @@ void expand(const compiled_constraint& c, stack s, rstate& out) {
       return;
     }
     const uint32_t pos = s.back();
+    if (pos == cut_marker) {  // what follows lies beneath the cut: the next byte decides there
+      out.stacks.push_back(std::move(s));
+      return;
+    }
     const sym& y = c.syms[pos];
     if (y.kind == sym_kind::bytes) {
       out.stacks.push_back(std::move(s));
@@ -373,6 +421,10 @@ rstate advance(const compiled_constraint& c, const rstate& from, uint8_t b) {
   rstate out;
   for (const auto& s : from.stacks) {
     const uint32_t pos = s.back();
+    if (pos == cut_marker) {  // a byte consumed beneath the cut
+      out.touched_cut = true;
+      continue;
+    }
     if (!has_byte(c.sets[c.syms[pos].arg], b)) continue;
     stack t = s;
     t.back() = pos + 1;
@@ -425,7 +477,13 @@ result<std::shared_ptr<const compiled_constraint>> compile(const constraint_spec
 
 constraint_stats stats(const compiled_constraint& c) {
   std::shared_lock lock(c.mu);
-  return {c.hits.load(), c.misses.load(), static_cast<int64_t>(c.masks.size())};
+  constraint_stats s;
+  s.mask_cache_hits = c.masks.hits.load();
+  s.mask_cache_misses = c.masks.misses.load();
+  s.mask_cache_entries = static_cast<int64_t>(c.masks.items.size());
+  s.cut_cache_hits = c.cuts.hits.load();
+  s.cut_cache_misses = c.cuts.misses.load();
+  return s;
 }
 
 // ---------------------------------------------------------------------------------- matcher
@@ -452,12 +510,19 @@ matcher::~matcher() = default;
 
 namespace {
 
-// The mask of `st`, by a walk of the vocabulary trie.
-void compute_mask(const compiled_constraint& c, const rstate& start, std::vector<uint64_t>& mask) {
+// A walk of the vocabulary trie from `start`, setting in `mask` the bits of the tokens it allows.
+// With `pending` (a walk of a cut state): a node whose byte some stack would consume beneath its
+// cut marker is recorded there and its subtree skipped, its own tokens included unless another
+// stack allows them; false (the walk abandoned) once the skipped subtrees hold more than
+// `pending_limit` nodes. With `only` (sorted nodes): only those nodes' subtrees are walked, and
+// the paths to them.
+bool walk(const compiled_constraint& c, const rstate& start, std::vector<uint64_t>& mask,
+          std::vector<uint32_t>* pending, const std::vector<uint32_t>* only, uint32_t pending_limit = 0) {
   const auto& v = c.vocab->data();
   std::vector<rstate> states;
   std::unordered_map<std::string, int32_t> ids;
-  std::vector<int32_t> trans;  // state * 256 + byte -> state, -1 dead, -2 not computed yet
+  std::vector<int32_t> trans;   // state * 256 + byte -> state, -1 dead, -2 not computed yet
+  std::vector<uint8_t> touch;   // state * 256 + byte -> the byte went beneath a cut marker
   auto intern = [&](rstate&& s) -> int32_t {
     if (s.dead()) return -1;
     auto k = s.key();
@@ -467,32 +532,85 @@ void compute_mask(const compiled_constraint& c, const rstate& start, std::vector
     ids.emplace(std::move(k), id);
     states.push_back(std::move(s));
     trans.resize(states.size() * 256, -2);
+    touch.resize(states.size() * 256, 0);
     return id;
   };
   intern(rstate(start));
   std::vector<int32_t> at(static_cast<size_t>(v.max_depth) + 1, 0);
   const auto n_nodes = static_cast<uint32_t>(v.byte.size());
+  uint32_t inside_until = 0;  // with `only`: the end of the subtree being walked whole
+  uint32_t pending_nodes = 0;
   for (uint32_t i = 1; i < n_nodes;) {
+    if (only && i >= inside_until) {
+      auto r = std::lower_bound(only->begin(), only->end(), i);
+      if (r == only->end()) break;
+      if (*r >= v.end[i]) {  // nothing asked for below this node
+        i = v.end[i];
+        continue;
+      }
+      if (*r == i) inside_until = v.end[i];
+    }
     const uint16_t d = v.depth[i];
     const int32_t from = at[d - 1];
     const uint8_t b = v.byte[i];
-    int32_t to = trans[static_cast<size_t>(from) * 256 + b];
+    const size_t ti = static_cast<size_t>(from) * 256 + b;
+    int32_t to = trans[ti];
     if (to == -2) {
-      to = intern(advance(c, states[static_cast<size_t>(from)], b));
-      trans[static_cast<size_t>(from) * 256 + b] = to;
+      rstate next = advance(c, states[static_cast<size_t>(from)], b);
+      touch[ti] = next.touched_cut ? 1 : 0;
+      to = intern(std::move(next));
+      trans[ti] = to;
+    }
+    if (to >= 0) {
+      for (uint32_t k = v.tok_begin[i]; k < v.tok_begin[i + 1]; ++k) {
+        const auto t = static_cast<uint32_t>(v.toks[k]);
+        mask[t >> 6] |= uint64_t{1} << (t & 63);
+      }
+    }
+    if (touch[ti] && pending) {
+      pending->push_back(i);
+      pending_nodes += v.end[i] - i;
+      if (pending_nodes > pending_limit) return false;
+      i = v.end[i];
+      continue;
     }
     if (to < 0) {
       i = v.end[i];
       continue;
     }
     at[d] = to;
-    for (uint32_t k = v.tok_begin[i]; k < v.tok_begin[i + 1]; ++k) {
-      const auto t = static_cast<uint32_t>(v.toks[k]);
-      mask[t >> 6] |= uint64_t{1} << (t & 63);
-    }
     ++i;
   }
+  return true;
 }
+
+// `st` with every stack longer than `frames` cut to its top `frames` frames over the marker; false
+// when no stack is that long (the cut state is the state).
+bool cut(const rstate& st, uint32_t frames, rstate& out) {
+  bool any = false;
+  out.accepting = st.accepting;
+  out.stacks.clear();
+  for (const auto& s : st.stacks) {
+    if (s.size() <= frames) {
+      out.stacks.push_back(s);
+      continue;
+    }
+    any = true;
+    stack t;
+    t.reserve(frames + 1);
+    t.push_back(cut_marker);
+    t.insert(t.end(), s.end() - frames, s.end());
+    out.stacks.push_back(std::move(t));
+  }
+  normalize(out);
+  return any;
+}
+
+// The depths tried, shallowest first: the shallower the cut, the more states share it (the items
+// of an array differ one frame down), the deeper, the fewer tokens its frames leave undecided (a
+// JSON string's character loop spans three frames). A cut that leaves more than an eighth of the
+// trie undecided is passed over for the next.
+constexpr std::array<uint32_t, 3> cut_depths = {1, 3, 6};
 
 }  // namespace
 
@@ -504,25 +622,51 @@ void matcher::allowed_tokens(std::vector<uint64_t>& mask) {
   const std::string key = s_->st.key();
   {
     std::shared_lock lock(c.mu);
-    auto it = c.masks.find(key);
-    if (it != c.masks.end()) {
-      std::copy(it->second->begin(), it->second->end(), mask.begin());
-      // Counters under a shared lock: a relaxed figure for benchmarks, not for logic.
-      ++c.hits;
+    if (auto m = c.masks.find(key)) {
+      std::copy(m->begin(), m->end(), mask.begin());
       return;
     }
   }
-  compute_mask(c, s_->st, mask);
+  const auto limit = static_cast<uint32_t>(c.vocab->data().byte.size() / 8);
+  bool done = false;
+  rstate top;
+  for (uint32_t frames : cut_depths) {
+    if (!cut(s_->st, frames, top)) break;  // no stack that deep: the whole walk below
+    const std::string top_key = std::string(1, static_cast<char>(frames)) + top.key();
+    std::shared_ptr<const compiled_constraint::cut_walk> part;
+    {
+      std::shared_lock lock(c.mu);
+      part = c.cuts.find(top_key);
+    }
+    if (!part) {
+      auto w = std::make_shared<compiled_constraint::cut_walk>();
+      w->mask.assign(words, 0);
+      if (!walk(c, top, w->mask, &w->pending, nullptr, limit)) {
+        w->too_shallow = true;
+        w->mask.clear();
+        w->pending.clear();
+      }
+      part = w;
+      std::unique_lock lock(c.mu);
+      c.cuts.put(top_key, part, c.max_masks);
+    }
+    if (part->too_shallow) continue;
+    std::copy(part->mask.begin(), part->mask.end(), mask.begin());
+    if (!part->pending.empty()) walk(c, s_->st, mask, nullptr, &part->pending);
+    done = true;
+    break;
+  }
+  if (!done) walk(c, s_->st, mask, nullptr, nullptr);
   auto stored = std::make_shared<const std::vector<uint64_t>>(mask);
   std::unique_lock lock(c.mu);
-  ++c.misses;
-  if (c.masks.emplace(key, std::move(stored)).second) {
-    c.order.push_back(key);
-    while (c.masks.size() > c.max_masks) {
-      c.masks.erase(c.order.front());
-      c.order.pop_front();
-    }
-  }
+  c.masks.put(key, std::move(stored), c.max_masks);
+}
+
+void matcher::allowed_tokens_reference(std::vector<uint64_t>& mask) const {
+  const auto& c = *s_->c;
+  mask.assign((static_cast<size_t>(c.vocab->n_vocab()) + 63) / 64, 0);
+  if (s_->ended || s_->st.stacks.empty()) return;
+  walk(c, s_->st, mask, nullptr, nullptr);
 }
 
 bool matcher::accept(int32_t token) {
@@ -570,14 +714,14 @@ int64_t matcher::min_bytes_to_end() const {
   return min_to_end(*s_->c, s_->st, nullptr);
 }
 
-std::string matcher::shortest_completion() const {
-  std::string out;
-  if (s_->ended) return out;
-  const auto& c = *s_->c;
-  rstate st = s_->st;
+namespace {
+
+// The shortest completion of `st`, byte by byte to `more(byte)`, until it ends or `more` says stop.
+template <typename More>
+void shortest_completion_of(const compiled_constraint& c, rstate st, More more) {
   for (;;) {
     const stack* best = nullptr;
-    if (min_to_end(c, st, &best) == 0 || !best) return out;
+    if (min_to_end(c, st, &best) == 0 || !best) return;
     // Any byte of the best stack's top set takes it one byte closer (min_from[top] is 1 + the rest):
     // the lowest printable one, else the lowest.
     const byte_set& set = c.sets[c.syms[best->back()].arg];
@@ -586,23 +730,42 @@ std::string matcher::shortest_completion() const {
       if (has_byte(set, static_cast<uint8_t>(b))) chosen = b;
     for (int b = 0; b < 256 && chosen < 0; ++b)
       if (has_byte(set, static_cast<uint8_t>(b))) chosen = b;
-    if (chosen < 0) return out;
-    out += static_cast<char>(chosen);
+    if (chosen < 0 || !more(static_cast<uint8_t>(chosen))) return;
     st = advance(c, st, static_cast<uint8_t>(chosen));
   }
 }
 
+}  // namespace
+
+std::string matcher::shortest_completion() const {
+  std::string out;
+  if (s_->ended) return out;
+  shortest_completion_of(*s_->c, s_->st, [&](uint8_t b) {
+    out += static_cast<char>(b);
+    return true;
+  });
+  return out;
+}
+
 void matcher::closing_tokens(std::vector<uint64_t>& mask) {
   const auto& c = *s_->c;
-  const int32_t n = c.vocab->n_vocab();
-  mask.assign((static_cast<size_t>(n) + 63) / 64, 0);
-  const std::string rest = shortest_completion();
-  if (rest.empty()) return;
-  for (int32_t t = 0; t < n; ++t) {
-    const std::string& b = c.vocab->bytes(t);
-    if (!b.empty() && b.size() <= rest.size() && rest.compare(0, b.size(), b) == 0)
-      mask[static_cast<size_t>(t) >> 6] |= uint64_t{1} << (t & 63);
-  }
+  const auto& v = c.vocab->data();
+  mask.assign((static_cast<size_t>(c.vocab->n_vocab()) + 63) / 64, 0);
+  if (s_->ended) return;
+  // The tokens that are prefixes of the completion lie on its path down the trie: the completion
+  // is followed only as far as the trie goes, one step per byte, never a pass over the vocabulary.
+  uint32_t node = 0;
+  shortest_completion_of(c, s_->st, [&](uint8_t b) {
+    uint32_t child = node + 1;  // the children in byte order, each after its siblings' subtrees
+    while (child < v.end[node] && v.byte[child] != b) child = v.end[child];
+    if (child >= v.end[node]) return false;
+    node = child;
+    for (uint32_t k = v.tok_begin[node]; k < v.tok_begin[node + 1]; ++k) {
+      const auto t = static_cast<uint32_t>(v.toks[k]);
+      mask[t >> 6] |= uint64_t{1} << (t & 63);
+    }
+    return true;
+  });
 }
 
 bool matcher::can_end() const { return s_->ended || s_->st.accepting; }

@@ -73,6 +73,9 @@ struct constraint_stats {
   int64_t mask_cache_hits = 0;
   int64_t mask_cache_misses = 0;
   int64_t mask_cache_entries = 0;
+  // States missing from the mask cache whose cut to their stacks' top frames was found cached.
+  int64_t cut_cache_hits = 0;
+  int64_t cut_cache_misses = 0;
 };
 constraint_stats stats(const compiled_constraint& c);
 
@@ -90,6 +93,8 @@ class matcher {
   // set when token t's bytes keep the output a valid prefix. End-of-generation tokens are not
   // set (see can_end).
   void allowed_tokens(std::vector<uint64_t>& mask);
+  // The same mask by one plain walk of the vocabulary, no caches: for tests and benchmarks.
+  void allowed_tokens_reference(std::vector<uint64_t>& mask) const;
   // Feeds a generated token; false (and the state unchanged) when it is not allowed. A control
   // token is accepted only as the end (can_end()).
   bool accept(int32_t token);

@@ -254,3 +254,82 @@ TEST(Constraint, RepetitionDoesNotGrowTheState) {
   }
   EXPECT_LE(stats(*c).mask_cache_misses, 2);
 }
+
+TEST(Constraint, CutStatesGiveTheSameMasksAsWholeWalks) {
+  // Masks built from a cut state's cached walk plus the whole stacks' walk below the cut equal
+  // the plain walk, at every step of documents that nest deeper than the cut.
+  struct doc_case {
+    const char* kind;
+    const char* source;
+    std::string doc;
+  };
+  const std::vector<doc_case> cases = {
+      {kind::json_object, "", R"({"a": [1, 2, {"b": [null, true, "x\"y"]}], "c": {"d": {"e": {"f": "\u00e9g"}}}})"},
+      {kind::json_schema,
+       R"({"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 99}, "minItems": 6, "maxItems": 6})",
+       "[1, 23, 4, 56, 7, 89]"},
+      {kind::json_schema,
+       R"({"type": "object", "properties": {"p": {"type": "array", "items": {"type": "object",
+          "properties": {"n": {"type": "string"}, "k": {"enum": ["yes", "no"]}}, "required": ["n", "k"]}}},
+          "required": ["p"]})",
+       R"({"p": [{"n": "ab", "k": "yes"}, {"n": "", "k": "no"}, {"n": "abc\"", "k": "yes"}]})"},
+      {kind::grammar, "root ::= item (\", \" item)*\nitem ::= \"[\" (item | [a-z]+) \"]\"", "[[[ab]]], [c], [[[[no]]]]"},
+  };
+  for (const auto& dc : cases) {
+    auto c = compiled(dc.kind, dc.source);
+    ASSERT_TRUE(c);
+    matcher m(c);
+    std::vector<uint64_t> fast, reference;
+    for (size_t i = 0; i <= dc.doc.size(); ++i) {
+      m.allowed_tokens(fast);
+      m.allowed_tokens_reference(reference);
+      ASSERT_EQ(fast, reference) << dc.kind << " after " << dc.doc.substr(0, i);
+      if (i < dc.doc.size()) ASSERT_TRUE(m.accept(static_cast<uint8_t>(dc.doc[i]))) << dc.doc.substr(0, i + 1);
+    }
+    EXPECT_TRUE(m.can_end()) << dc.doc;
+  }
+}
+
+TEST(Constraint, ItemsOfAFixedLengthArrayShareTheirCutWalk) {
+  // Each item of a 40-item array is its own state (its position in the array differs), but the
+  // top of its stacks is the same: after the first items the cut walks come from the cache.
+  auto c = compiled(kind::json_schema,
+                    R"({"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 99}, "minItems": 40, "maxItems": 40})");
+  matcher m(c);
+  std::string doc = "[";
+  for (int i = 0; i < 40; ++i) doc += (i ? ", " : "") + std::to_string(i * 7 % 100);
+  doc += "]";
+  std::vector<uint64_t> mask;
+  for (char ch : doc) {
+    m.allowed_tokens(mask);
+    ASSERT_TRUE(bit(mask, static_cast<uint8_t>(ch)));
+    ASSERT_TRUE(m.accept(static_cast<uint8_t>(ch)));
+  }
+  EXPECT_TRUE(m.must_end());
+  const auto s = stats(*c);
+  EXPECT_GT(s.mask_cache_misses, 40);               // new whole states all along
+  EXPECT_GT(s.cut_cache_hits, 3 * s.cut_cache_misses);  // but their cut walks repeat
+}
+
+TEST(Constraint, ClosingTokensArePrefixesOfTheShortestCompletion) {
+  // The trie walk along the completion finds exactly the tokens a pass over the vocabulary would.
+  auto c = compiled(kind::json_schema,
+                    R"({"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array",
+                        "items": {"type": "integer"}, "minItems": 3}}, "required": ["name", "tags"]})");
+  const std::string doc = R"({"name": "ab", "tags": [12, 345, 6]})";
+  matcher m(c);
+  std::vector<uint64_t> mask;
+  int checked_nonempty = 0;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    m.closing_tokens(mask);
+    const std::string rest = m.shortest_completion();
+    for (int32_t t = 0; t < vocab()->n_vocab(); ++t) {
+      const std::string& b = vocab()->bytes(t);
+      const bool prefix = !b.empty() && b.size() <= rest.size() && rest.compare(0, b.size(), b) == 0;
+      ASSERT_EQ(bit(mask, t), prefix) << "after " << doc.substr(0, i) << ": token '" << b << "', completion '" << rest << "'";
+      checked_nonempty += prefix ? 1 : 0;
+    }
+    ASSERT_TRUE(m.accept(static_cast<uint8_t>(doc[i])));
+  }
+  EXPECT_GT(checked_nonempty, static_cast<int>(doc.size()));  // multi-byte tokens were found too
+}
