@@ -610,6 +610,8 @@ std::vector<key_spec> make_schema() {
   v.push_back(integer_key("streamer.buffer_tokens", restart, 0, mib, TROUPE_FIELD(pipeline.streamer.buffer_tokens)));
   v.push_back(integer_key("streamer.slow_consumer_timeout_ms", restart, 1, day_ms,
                           TROUPE_FIELD(pipeline.streamer.slow_consumer_timeout_ms)));
+  v.push_back(integer_key("streamer.filter_timeout_ms", restart, 1, day_ms,
+                          TROUPE_FIELD(pipeline.streamer.filter_timeout_ms)));
   v.push_back(filters_key());
 
   v.push_back(string_key("router.policy", hot_router, true, {}, TROUPE_FIELD(pipeline.router.policy)));

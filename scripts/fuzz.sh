@@ -7,7 +7,8 @@
 # build-fuzz/artifacts/<target>/crash-*, and the script fails at the end.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     e.g. scripts/fuzz.sh 20, scripts/fuzz.sh 600 tokenizer
 # Environment: TROUPE_JOBS (build jobs, default nproc), TROUPE_FUZZ_ARGS (more libFuzzer flags).
-# Prints each target's executions (libFuzzer's "#N ... DONE") and a summary line per target.
+# Prints a summary line per target: executions, executions per second and coverage (libFuzzer's
+# stat:: lines and its last "cov: ... ft: ...").
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -50,13 +51,17 @@ for t in "${targets[@]}"; do
     -max_len=65536 -timeout=10 -print_final_stats=1 -artifact_prefix="$art/" ${TROUPE_FUZZ_ARGS:-} > "$log" 2>&1
   rc=$?
   set -e
-  execs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1)"
+  # (|| true: a run stopped before its first status line has none of these, and pipefail.)
+  execs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1 || true)"
+  rate="$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -1 || true)"
+  # Coverage as libFuzzer counts it: edges (cov) and features (ft) of its last status line.
+  cov="$(grep -o 'cov: [0-9]* ft: [0-9]*' "$log" | tail -1 || true)"
   if [ $rc -ne 0 ]; then
     failed+=("$t")
     tail -40 "$log"
     summary+=("$t: FAILED after ${execs:-?} executions (log $log, input in $art/)")
   else
-    summary+=("$t: ${execs:-?} executions in ${seconds}s, no finding")
+    summary+=("$t: ${execs:-?} executions in ${seconds}s (${rate:-?}/s), ${cov:-cov: ?}, no finding")
   fi
 done
 echo "fuzz: summary ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'))"

@@ -37,6 +37,12 @@ uint32_t decode_utf8(std::string_view s, size_t& i) {
     }
     cp = (cp << 6) | (b & 0x3F);
   }
+  // A 4-byte form past U+10FFFF (F4 90.. to F7 BF BF BF) is no code point either: decoded, it
+  // made a character range beyond max_code_point (found by fuzz/structured_grammar_fuzz.cpp).
+  if (cp > max_code_point) {
+    ++i;
+    return b0;
+  }
   i += static_cast<size_t>(n) + 1;
   return cp;
 }

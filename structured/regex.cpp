@@ -184,7 +184,21 @@ class regex_translator {
       return b0;
     }
     uint32_t cp = b0 & (0x3F >> n);
-    for (int k = 1; k <= n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(p_[pos_ + static_cast<size_t>(k)]) & 0x3F);
+    for (int k = 1; k <= n; ++k) {
+      const auto b = static_cast<unsigned char>(p_[pos_ + static_cast<size_t>(k)]);
+      // Not a continuation byte, or past U+10FFFF: ill-formed, so the lead byte stands for
+      // itself like any other invalid byte (decoded blindly, F7 FF FA 05 became 0x1FFE85, a
+      // class range beyond Unicode; found by fuzz/structured_grammar_fuzz.cpp).
+      if ((b & 0xC0) != 0x80) {
+        ++pos_;
+        return b0;
+      }
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    if (cp > max_code_point) {
+      ++pos_;
+      return b0;
+    }
     pos_ += static_cast<size_t>(n) + 1;
     return cp;
   }

@@ -33,11 +33,15 @@ using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
 using slow_atom = caf::atom_constant<caf::atom("slow")>;
 using filters_atom = caf::atom_constant<caf::atom("filters")>;
 using filter_retire_atom = caf::atom_constant<caf::atom("fretire")>;
+using filter_check_atom = caf::atom_constant<caf::atom("fcheck")>;
 
 // What spawn_streamer (and streamer_state) is configured with.
 struct streamer_config {
   int32_t buffer_tokens = 64;               // unacknowledged token events per stream; 0: no flow control
   int64_t slow_consumer_timeout_ms = 30000; // paused this long: the stream ends (slow_consumer)
+  // A filter actor that holds one of a stream's events this long without passing it on fails
+  // the stream, with an error naming it (filter_actor.hpp).
+  int64_t filter_timeout_ms = 10000;
   // Output filters, in order, by name in stream_filter_registry(). Hot: a change reaches streams
   // opened afterwards; running streams keep the chain they opened with.
   std::vector<filter_spec> filters;
@@ -126,6 +130,10 @@ using streamer_actor = caf::typed_actor<
     caf::replies_to<filters_atom, filter_update>::with<bool>,  // true once in force
     caf::reacts_to<filter_end_atom, uint64_t, std::string>,   // a filter actor ends a stream
     caf::reacts_to<filter_retire_atom, caf::actor>,           // stop a filter actor no stream uses
+    // What a filter actor passes on: the streamer is every filter actor's `next`, and relays each
+    // event to the next filter actor or the consumer, so it knows how long each one holds it.
+    caf::reacts_to<token_event>, caf::reacts_to<done_event>, caf::reacts_to<error_event>,
+    caf::reacts_to<filter_check_atom, uint64_t, int32_t>,     // a hop's deadline timer (id, hop)
     caf::reacts_to<links_atom, pipeline_links>>;
 
 streamer_actor spawn_streamer(caf::actor_system& sys, streamer_config cfg, std::shared_ptr<const text_codec> codec);

@@ -2,6 +2,7 @@
 
 #include <caf/all.hpp>
 
+#include <deque>
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
@@ -28,10 +29,23 @@ struct filter_actor_slot {
 };
 using slot_ptr = std::shared_ptr<filter_actor_slot>;
 
-// How a stream's events reach its consumer through filter actors.
+// An event of a stream inside a filter actor (sent to it, not yet passed on).
+struct held_event {
+  int32_t index = -1;    // a token event's index; -1 for the last event (done or error)
+  int64_t since_us = 0;  // when it was sent to the filter actor, or its deadline restarted
+};
+
+// How a stream's events reach its consumer through filter actors. Every filter actor's `next`
+// is the streamer, which relays each event it passes on to the next one (or the consumer): so
+// it knows which filter actor holds which event since when, and one that holds an event past
+// streamer.filter_timeout_ms (it stopped answering without stopping) fails the stream, named,
+// instead of stalling it for good. A filter actor passes events on in order, one for one,
+// keeping request_id and index: an event it passes on is found in its hop's queue by index.
 struct stream_route {
-  event_sink first;             // the first filter actor
-  std::vector<slot_ptr> chain;  // in order
+  event_sink consumer;
+  std::vector<slot_ptr> chain;             // in order
+  std::vector<std::deque<held_event>> held;  // per filter actor, in the order sent
+  std::vector<bool> timer_armed;           // per filter actor: a deadline check is pending
 };
 
 struct streamer_actor_state {
@@ -80,7 +94,8 @@ void set_filter_actors(self_ptr self, std::vector<filter_actor_part> parts) {
   }
 }
 
-// The stream no longer goes through its filter actors; those of an old config stop once unused.
+// The stream no longer goes through its filter actors (what they pass on for it from now on is
+// dropped); those of an old config stop once unused.
 void release_route(self_ptr self, uint64_t id) {
   auto& st = self->state;
   auto it = st.routes.find(id);
@@ -106,17 +121,112 @@ void route_through_filter_actors(self_ptr self, const stream_open& o, event_sink
       return;
     }
   stream_route r;
-  event_sink next = std::move(sink);
-  for (auto it = st.filter_actors.rbegin(); it != st.filter_actors.rend(); ++it) {
-    const auto& slot = *it;
+  r.consumer = std::move(sink);
+  for (const auto& slot : st.filter_actors) {
     self->send(slot->handle, open_atom::value,
-               filter_open{filter_context{o.id, o.tenant, o.prompt_tokens}, next, caf::actor_cast<filter_end_sink>(self)});
-    next = caf::actor_cast<event_sink>(slot->handle);
+               filter_open{filter_context{o.id, o.tenant, o.prompt_tokens}, caf::actor_cast<event_sink>(self),
+                           caf::actor_cast<filter_end_sink>(self)});
     slot->streams.insert(o.id);
   }
-  r.first = std::move(next);
   r.chain = st.filter_actors;
+  r.held.resize(r.chain.size());
+  r.timer_armed.assign(r.chain.size(), false);
   st.routes.emplace(o.id, std::move(r));
+}
+
+void apply(self_ptr self);
+
+int32_t held_index(const token_event& e) { return e.index; }
+int32_t held_index(const done_event&) { return -1; }
+int32_t held_index(const error_event&) { return -1; }
+
+// Sends a stream's event to filter actor `hop` of its route, with a deadline.
+template <class Event>
+void send_to_hop(self_ptr self, uint64_t id, stream_route& r, size_t hop, Event&& e) {
+  auto& q = r.held[hop];
+  q.push_back(held_event{held_index(e), now_us()});
+  if (!r.timer_armed[hop]) {
+    r.timer_armed[hop] = true;
+    self->delayed_send(self, detail::ms(self->state.streams->config().filter_timeout_ms), filter_check_atom::value, id,
+                       static_cast<int32_t>(hop));
+  }
+  self->send(r.chain[hop]->handle, std::forward<Event>(e));
+}
+
+// The stream cannot go on through its filter actors (one stopped, or stopped answering): its
+// consumer hears `why` (directly: not through the filter actors), the filter actors forget it,
+// and, if it is still generating, its sequence is dropped.
+void fail_route(self_ptr self, uint64_t id, const std::string& why) {
+  auto& st = self->state;
+  auto it = st.routes.find(id);
+  if (it == st.routes.end()) return;
+  auto consumer = it->second.consumer;
+  for (const auto& slot : it->second.chain)
+    if (slot->handle) self->send(slot->handle, error_event{id, errc::internal, why, 0});
+  release_route(self, id);
+  if (st.streams->is_open(id)) {
+    st.streams->abort(id, errc::internal, why + "; the stream cannot go on");  // its error goes to st.sinks
+  } else {
+    // Its last event was inside the filter actors: the stream is closed here already.
+    self->send(consumer, error_event{id, errc::internal, why + "; the stream cannot go on", 0});
+  }
+}
+
+// An event a filter actor passed on (its `next` is the streamer): to the next one, or the consumer.
+template <class Event>
+void relay(self_ptr self, Event&& e) {
+  auto& st = self->state;
+  const uint64_t id = e.request_id;
+  auto it = st.routes.find(id);
+  if (it == st.routes.end()) return;  // the stream failed, or its consumer went away
+  auto& r = it->second;
+  const int32_t key = held_index(e);
+  // The filter actor that held it. An event is held by one filter actor at a time; those queued
+  // before it at that one were dropped by it (it ended the stream).
+  size_t hop = r.held.size();
+  for (size_t h = 0; h < r.held.size() && hop == r.held.size(); ++h)
+    for (size_t i = 0; i < r.held[h].size(); ++i)
+      if (r.held[h][i].index == key) {
+        r.held[h].erase(r.held[h].begin(), r.held[h].begin() + static_cast<std::ptrdiff_t>(i) + 1);
+        hop = h;
+        break;
+      }
+  if (hop == r.held.size()) {
+    spdlog::warn("troupe: a filter actor passed on an event of stream {} it was not given (index {}); dropped", id, key);
+    return;
+  }
+  const bool last = key < 0;
+  if (hop + 1 < r.chain.size()) {
+    send_to_hop(self, id, r, hop + 1, std::forward<Event>(e));
+    return;
+  }
+  self->send(r.consumer, std::forward<Event>(e));
+  if (last) release_route(self, id);
+}
+
+// A hop's deadline timer: the oldest event the filter actor holds, held past the timeout, fails
+// the stream; otherwise the timer is set again for it.
+void check_hop(self_ptr self, uint64_t id, int32_t hop) {
+  auto& st = self->state;
+  auto it = st.routes.find(id);
+  if (it == st.routes.end() || hop < 0 || static_cast<size_t>(hop) >= it->second.held.size()) return;
+  auto& r = it->second;
+  r.timer_armed[hop] = false;
+  auto& q = r.held[hop];
+  if (q.empty()) return;
+  const int64_t timeout_ms = st.streams->config().filter_timeout_ms;
+  const int64_t held_ms = (now_us() - q.front().since_us) / 1000;
+  if (held_ms < timeout_ms) {
+    r.timer_armed[hop] = true;
+    self->delayed_send(self, detail::ms(timeout_ms - held_ms), filter_check_atom::value, id, hop);
+    return;
+  }
+  const std::string why = "output filter actor '" + r.chain[hop]->name + "' passed nothing on for " +
+                          std::to_string(held_ms) + " ms (streamer.filter_timeout_ms = " + std::to_string(timeout_ms) +
+                          ")";
+  spdlog::error("troupe: {}; stream {} fails", why, id);
+  fail_route(self, id, why);
+  apply(self);
 }
 
 void apply(self_ptr self) {
@@ -140,7 +250,7 @@ void apply(self_ptr self) {
           using event_type = std::decay_t<decltype(e)>;
           if (!std::is_same<event_type, token_event>::value) ended.insert(e.request_id);
           if (auto r = st.routes.find(e.request_id); r != st.routes.end()) {
-            self->send(r->second.first, std::move(e));
+            send_to_hop(self, e.request_id, r->second, 0, std::move(e));
             return;
           }
           auto it = st.sinks.find(e.request_id);
@@ -158,9 +268,12 @@ void apply(self_ptr self) {
   for (const auto id : closed_ids) {
     if (auto r = st.routes.find(id); r != st.routes.end()) {
       // Closed without a last event (its consumer went away): the filter actors forget it too.
-      if (!ended.count(id))
-        self->send(r->second.first, error_event{id, errc::internal, "the stream's consumer went away", 0});
-      release_route(self, id);
+      // Otherwise the route stays until its last event leaves the last filter actor (relay).
+      if (!ended.count(id)) {
+        for (const auto& slot : r->second.chain)
+          if (slot->handle) self->send(slot->handle, error_event{id, errc::internal, "the stream's consumer went away", 0});
+        release_route(self, id);
+      }
     }
     if (auto it = st.sinks.find(id); it != st.sinks.end()) {
       auto addr = it->second.address();
@@ -186,10 +299,7 @@ void filter_actor_down(self_ptr self, const slot_ptr& slot, const caf::error& re
   const std::string why = "output filter actor '" + slot->name + "' stopped (" + detail::describe(reason) + ")";
   spdlog::error("troupe: {}; {} stream(s) through it fail", why, slot->streams.size());
   const std::vector<uint64_t> ids(slot->streams.begin(), slot->streams.end());
-  for (auto id : ids) {
-    release_route(self, id);
-    st.streams->abort(id, errc::internal, why + "; the stream cannot go on");
-  }
+  for (auto id : ids) fail_route(self, id, why);
   slot->handle = nullptr;
   if (slot->current) start_filter_actor(self, slot);
   apply(self);
@@ -264,10 +374,20 @@ streamer_actor::behavior_type streamer_fn(self_ptr self, streamer_config cfg, st
         return true;
       },
       [=](filter_end_atom, uint64_t id, const std::string& finish_reason) {
+        // The filter actor that ended it drops the events it holds and those still to come but
+        // the last: those are released from the queues when the last event passes it, which
+        // gets a full deadline to reach it from here (so do the events already in the chain).
+        if (auto r = self->state.routes.find(id); r != self->state.routes.end())
+          for (auto& q : r->second.held)
+            for (auto& h : q) h.since_us = now_us();
         self->state.streams->end_by_filter(id, finish_reason, now_us());
         apply(self);
       },
       [=](filter_retire_atom, const caf::actor& a) { caf::anon_send_exit(a, caf::exit_reason::user_shutdown); },
+      [=](token_event& e) { relay(self, std::move(e)); },
+      [=](done_event& e) { relay(self, std::move(e)); },
+      [=](error_event& e) { relay(self, std::move(e)); },
+      [=](filter_check_atom, uint64_t id, int32_t hop) { check_hop(self, id, hop); },
       [=](links_atom, pipeline_links& l) { self->state.links = std::move(l); },
   };
 }

@@ -13,16 +13,22 @@
 //
 // The protocol, per stream, in this order:
 //   (open_atom, filter_open)   before any event: the stream's context, where its events go on
-//                              next (`next`), and the streamer (to end the stream)
-//   token_event ...            pass each one on to `next`, in order, one for one (the text may be
-//                              changed, shortened, or emptied while held back): the consumer
-//                              acknowledges token events by count, which is the flow control
+//                              next (`next`: the streamer, which relays them to the next filter
+//                              actor or the consumer), and the streamer (to end the stream)
+//   token_event ...            pass each one on to `next`, in order, one for one, keeping its
+//                              request_id and index (the text may be changed, shortened, or
+//                              emptied while held back): the consumer acknowledges token events
+//                              by count, which is the flow control
 //   done_event | error_event   pass it on (with any held-back text appended to done.text) and
 //                              forget the stream
 // To end a stream early, send the streamer (filter_end_atom, id, finish_reason), drop the
 // stream's later token events, and pass its done_event on with that finish reason and no text.
 // If the actor stops, the streams going through it fail with an error naming it, and the
-// streamer starts a new one for the streams that follow.
+// streamer starts a new one for the streams that follow. If it holds an event of a stream
+// longer than streamer.filter_timeout_ms without passing it on (it stopped answering without
+// stopping), that stream fails with an error naming it and the timeout, its sequence is dropped,
+// every filter actor of its chain gets an error_event for it (forget it), and whatever it passes
+// on for it later is dropped; the actor goes on serving the other streams.
 #include <functional>
 #include <memory>
 #include <string>

@@ -4,12 +4,15 @@
 // are tested through config in example_plugins_test.cpp). What is asserted: their output
 // reaches the consumer in order and complete; a filter actor that ends a stream frees its
 // sequence; an actor that stops fails only the requests that were waiting on it, with an error
-// naming it, and is started again for the next ones; a silent admission actor times out; an
+// naming it, and is started again for the next ones; a filter actor that stops answering fails
+// its streams after streamer.filter_timeout_ms, naming it, with their KV freed (a slow stream
+// whose events each pass in time does not); a silent admission actor times out; an
 // admission actor swapped in and out under running requests sees every one of them close.
 #include "actors/supervisor/pipeline.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <thread>
@@ -101,6 +104,21 @@ filter_actor::behavior_type cut_fn(filter_actor::stateful_pointer<cut_state> sel
   };
 }
 
+// Passes on the first `pass` token events of each stream, then holds everything of it, the
+// done event included, without stopping: a filter actor that stops answering (hung on a lookup,
+// a deadlock of its own), which only the streamer's deadline can tell from a slow one.
+filter_actor::behavior_type mute_fn(filter_actor::stateful_pointer<route_state> self, int32_t pass) {
+  return {
+      [=](open_atom, filter_open& f) { self->state.streams[f.context.id] = std::move(f); },
+      [=](token_event& ev) {
+        auto it = self->state.streams.find(ev.request_id);
+        if (it != self->state.streams.end() && ev.index < pass) self->send(it->second.next, std::move(ev));
+      },
+      [=](done_event&) {},
+      [=](error_event& e) { self->state.streams.erase(e.request_id); },
+  };
+}
+
 std::atomic<int> admitted_asks{0}, closes_seen{0};
 
 // Refuses tenant "mallory"; counts what it admitted and what closed. `silent`: never answers.
@@ -124,6 +142,12 @@ void register_test_actors() {
       const auto crash_after = static_cast<int32_t>(rd.integer("crash_after", 0));
       if (auto s = rd.finish(); !s) return make_error(s.error());
       return filter_actor_spawner([crash_after](caf::actor_system& sys) { return sys.spawn(upper_fn, crash_after); });
+    });
+    f.add("test_mute", [](const option_map& o) -> result<filter_actor_spawner> {
+      option_reader rd("filter actor 'test_mute'", o);
+      const auto pass = static_cast<int32_t>(rd.integer("pass", 0));
+      if (auto s = rd.finish(); !s) return make_error(s.error());
+      return filter_actor_spawner([pass](caf::actor_system& sys) { return sys.spawn(mute_fn, pass); });
     });
     f.add("test_cut", [](const option_map& o) -> result<filter_actor_spawner> {
       option_reader rd("filter actor 'test_cut'", o);
@@ -228,6 +252,63 @@ TEST(pipeline_actors, a_filter_actor_that_stops_fails_its_streams_and_is_started
   auto next = c.submit(spec("after the crash", 10))->wait(30s);
   ASSERT_TRUE(next.ok()) << next.error.message;
   EXPECT_EQ(next.text, upper(test::fake_text(fo, "after the crash", 10)));
+}
+
+TEST(pipeline_actors, a_filter_actor_that_stops_answering_fails_its_streams_by_name_after_the_deadline) {
+  runtime rt;
+  fake_options fo;
+  fo.step_us = 500;
+  auto cfg = base_config();
+  cfg.streamer.filter_timeout_ms = 300;
+  // The first actor answers; the second passes 5 token events per stream and then holds all.
+  cfg.streamer.filters = {{"test_upper", {}}, {"test_mute", {{"pass", int64_t{5}}}}};
+  auto p = test::start_fake(rt, cfg, fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  const auto t0 = std::chrono::steady_clock::now();
+  // Two long streams (held while generating) and a short one (its tokens pass; its done event
+  // is held after the stream closed at the streamer).
+  std::vector<std::unique_ptr<stream>> streams;
+  const std::vector<int32_t> lengths = {60, 60, 3};
+  for (size_t i = 0; i < lengths.size(); ++i)
+    streams.push_back(c.submit(spec("stream " + std::to_string(i), lengths[i])));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    auto out = streams[i]->wait(20s);
+    ASSERT_FALSE(out.ok()) << i;
+    EXPECT_EQ(out.error.code, errc::internal) << i;
+    EXPECT_NE(out.error.message.find("output filter actor 'test_mute' passed nothing on for"), std::string::npos)
+        << out.error.message;
+    EXPECT_NE(out.error.message.find("streamer.filter_timeout_ms = 300"), std::string::npos) << out.error.message;
+    EXPECT_EQ(out.error.message.find("test_upper"), std::string::npos) << out.error.message;
+    // What it passed on before it went quiet reached the consumer, through both actors.
+    const int32_t passed = std::min<int32_t>(5, lengths[i]);
+    EXPECT_EQ(out.tokens.size(), static_cast<size_t>(passed)) << i;
+    EXPECT_EQ(out.text, upper(test::fake_text(fo, "stream " + std::to_string(i), passed))) << i;
+  }
+  // Bounded by the deadline (not the 20 s wait, nor the 30 s slow-consumer timeout).
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  expect_no_kv_leak(*p);
+  auto st = p->get_streamer_stats();
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->open_streams, 0);
+  EXPECT_EQ(st->paused_streams, 0);
+}
+
+TEST(pipeline_actors, the_filter_deadline_bounds_each_event_not_the_stream) {
+  runtime rt;
+  fake_options fo;
+  fo.step_us = 3000;  // 80 tokens: about 240 ms, several deadlines long
+  auto cfg = base_config();
+  cfg.streamer.filter_timeout_ms = 50;
+  cfg.streamer.filters = {{"test_upper", {}}, {"test_cut", {{"after", int64_t{1000}}}}};
+  auto p = test::start_fake(rt, cfg, fo);
+  ASSERT_TRUE(p);
+  client c(*p);
+  auto out = c.submit(spec("a long and healthy stream", 80))->wait(30s);
+  ASSERT_TRUE(out.ok()) << out.error.message;
+  EXPECT_EQ(out.text, upper(test::fake_text(fo, "a long and healthy stream", 80)));
+  EXPECT_EQ(out.finish_reason, finish::length);
+  expect_no_kv_leak(*p);
 }
 
 TEST(pipeline_actors, filter_actors_swap_while_serving_and_the_old_one_serves_its_streams_to_the_end) {
