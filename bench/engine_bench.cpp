@@ -1,14 +1,18 @@
-// `troupe bench engine`: prefill, single-sequence decode and batched decode throughput of the
-// CPU backend, with llama.cpp's llama-bench and llama-batched-bench run on the same file with
-// the same thread count in the same run, and the ratios between them.
+// `troupe bench engine`: prefill, single-sequence decode (also at a long context) and batched
+// decode throughput of the CPU backend, with llama.cpp's llama-bench and llama-batched-bench run
+// on the same file with the same thread count in the same run, and the ratios between them;
+// --json writes every figure the run prints into one document (bench/plot.py draws it).
 #include <CLI/CLI.hpp>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <regex>
@@ -18,6 +22,7 @@
 #include <vector>
 
 #include "app/bench_command.hpp"
+#include "bench/cpu_name.hpp"
 #include "model/batch_generator.hpp"
 #include "model/cpu_backend.hpp"
 #include "model/loaded_model.hpp"
@@ -26,6 +31,7 @@
 #include "model/paged_attention.hpp"
 #include "common/result.hpp"
 #include "model/step_profile.hpp"
+#include "net/json_writer.hpp"
 
 namespace troupe::bench {
 
@@ -44,8 +50,12 @@ struct bench_options {
   std::vector<int> batches = {1, 4, 16, 64};
   int repeats = 3;
   int batch_repeats = 5;
+  // The long-context tests: a prompt of this many tokens prefilled, and decode_tokens decoded
+  // after a prompt of this many (0 skips both).
+  int long_tokens = 4096;
   int block_size = backend_options{}.block_size;  // KV block size in tokens (the server's default)
   bool skip_llama = false;
+  std::string json;  // where --json writes the run's figures (empty: nowhere)
   std::string matmul = "both";
   std::string kv = "both";  // f16, q8 or both (q8: one more run, in the fast order when it runs)
   // How the decode tests sample (greedy by default, as llama.cpp's benches do); each request
@@ -96,11 +106,68 @@ std::string run_capture(const std::string& cmd) {
   return out;
 }
 
+// One llama-bench test's figures: mean and standard deviation of its repetitions' tokens/s.
+struct llama_test {
+  double tps = 0, sd = 0;
+};
+
 struct llama_figures {
-  double pp = 0, tg = 0;                 // llama-bench pp512 / tg128
+  llama_test pp, tg;            // llama-bench pp<prefill_tokens> / tg<decode_tokens>
+  llama_test long_pp, long_tg;  // pp<long_tokens>, and tg<decode_tokens> at depth long_tokens
   std::vector<std::pair<int, double>> batched;  // B → aggregate decode tokens/s
   std::string note;
 };
+
+// A row of llama-bench's CSV output.
+struct llama_bench_row {
+  int n_prompt = 0, n_gen = 0, n_depth = 0;
+  llama_test t;
+};
+
+std::vector<llama_bench_row> parse_llama_bench_csv(const std::string& out) {
+  // CSV rows end with ...,n_prompt,n_gen,n_depth,...,avg_ts,stddev_ts; find the header to index columns.
+  std::istringstream ss(out);
+  std::string line;
+  auto split = [](const std::string& s) {
+    std::vector<std::string> v;
+    std::string cur;
+    bool q = false;
+    for (char c : s) {
+      if (c == '"') q = !q;
+      else if (c == ',' && !q) { v.push_back(cur); cur.clear(); }
+      else cur += c;
+    }
+    v.push_back(cur);
+    return v;
+  };
+  std::vector<std::string> cols;
+  std::vector<llama_bench_row> rows;
+  while (std::getline(ss, line)) {
+    auto v = split(line);
+    if (cols.empty()) {
+      if (std::find(v.begin(), v.end(), "avg_ts") != v.end()) cols = v;
+      continue;
+    }
+    auto col = [&](const char* name) -> std::string {
+      auto it = std::find(cols.begin(), cols.end(), name);
+      size_t i = static_cast<size_t>(it - cols.begin());
+      return it == cols.end() || i >= v.size() ? "" : v[i];
+    };
+    llama_bench_row r;
+    r.n_prompt = std::atoi(col("n_prompt").c_str());
+    r.n_gen = std::atoi(col("n_gen").c_str());
+    r.n_depth = std::atoi(col("n_depth").c_str());
+    r.t = {std::atof(col("avg_ts").c_str()), std::atof(col("stddev_ts").c_str())};
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+llama_test find_llama_test(const std::vector<llama_bench_row>& rows, int n_prompt, int n_gen, int n_depth) {
+  for (const auto& r : rows)
+    if (r.n_prompt == n_prompt && r.n_gen == n_gen && r.n_depth == n_depth) return r.t;
+  return {};
+}
 
 llama_figures run_llama(const bench_options& o, int threads) {
   llama_figures f;
@@ -116,39 +183,23 @@ llama_figures run_llama(const bench_options& o, int threads) {
     f.note = "llama.cpp not built: run scripts/build-llama-cpp.sh to compare";
     return f;
   }
-  std::fprintf(stderr, "running llama-bench (pp%d, tg%d, %d threads) ...\n", o.prefill_tokens, o.decode_tokens, threads);
-  auto out = run_capture(env + bench + " -m '" + o.model + "' -t " + std::to_string(threads) + " -p " +
-                         std::to_string(o.prefill_tokens) + " -n " + std::to_string(o.decode_tokens) +
-                         " -r " + std::to_string(o.repeats) + " -o csv 2>/dev/null");
-  // CSV rows end with ...,n_prompt,n_gen,...,avg_ts,stddev_ts; find the header to index columns.
-  std::istringstream ss(out);
-  std::string line, header;
-  auto split = [](const std::string& s) {
-    std::vector<std::string> v;
-    std::string cur;
-    bool q = false;
-    for (char c : s) {
-      if (c == '"') q = !q;
-      else if (c == ',' && !q) { v.push_back(cur); cur.clear(); }
-      else cur += c;
-    }
-    v.push_back(cur);
-    return v;
-  };
-  std::vector<std::string> cols;
-  while (std::getline(ss, line)) {
-    auto v = split(line);
-    if (cols.empty()) {
-      if (std::find(v.begin(), v.end(), "avg_ts") != v.end()) cols = v;
-      continue;
-    }
-    auto col = [&](const char* name) -> std::string {
-      auto it = std::find(cols.begin(), cols.end(), name);
-      size_t i = static_cast<size_t>(it - cols.begin());
-      return it == cols.end() || i >= v.size() ? "" : v[i];
-    };
-    if (col("n_prompt") == std::to_string(o.prefill_tokens) && col("n_gen") == "0") f.pp = std::atof(col("avg_ts").c_str());
-    if (col("n_gen") == std::to_string(o.decode_tokens) && col("n_prompt") == "0") f.tg = std::atof(col("avg_ts").c_str());
+  const std::string common =
+      env + bench + " -m '" + o.model + "' -t " + std::to_string(threads) + " -r " + std::to_string(o.repeats) + " -o csv";
+  // pp<prefill_tokens>, pp<long_tokens> and tg<decode_tokens>, each on an empty context.
+  std::string p = std::to_string(o.prefill_tokens);
+  if (o.long_tokens > 0 && o.long_tokens != o.prefill_tokens) p += "," + std::to_string(o.long_tokens);
+  std::fprintf(stderr, "running llama-bench (pp%s, tg%d, %d threads) ...\n", p.c_str(), o.decode_tokens, threads);
+  auto rows = parse_llama_bench_csv(
+      run_capture(common + " -p " + p + " -n " + std::to_string(o.decode_tokens) + " 2>/dev/null"));
+  f.pp = find_llama_test(rows, o.prefill_tokens, 0, 0);
+  f.tg = find_llama_test(rows, 0, o.decode_tokens, 0);
+  if (o.long_tokens > 0) {
+    f.long_pp = find_llama_test(rows, o.long_tokens, 0, 0);
+    // -d fills the context with that many tokens (untimed) before each timed repetition.
+    std::fprintf(stderr, "running llama-bench (tg%d at depth %d) ...\n", o.decode_tokens, o.long_tokens);
+    rows = parse_llama_bench_csv(run_capture(common + " -p 0 -n " + std::to_string(o.decode_tokens) + " -d " +
+                                             std::to_string(o.long_tokens) + " 2>/dev/null"));
+    f.long_tg = find_llama_test(rows, 0, o.decode_tokens, o.long_tokens);
   }
 
   std::string npl;
@@ -156,17 +207,19 @@ llama_figures run_llama(const bench_options& o, int threads) {
   const int ctx = (o.batch_prompt + o.batch_gen) * std::max(1, *std::max_element(o.batches.begin(), o.batches.end())) + 256;
   std::fprintf(stderr, "running llama-batched-bench (%d prompt + %d generated, B = %s) ...\n", o.batch_prompt, o.batch_gen,
                npl.c_str());
-  out = run_capture(env + o.llama_bin + "/llama-batched-bench -m '" + o.model + "' -t " + std::to_string(threads) +
+  const auto out = run_capture(env + o.llama_bin + "/llama-batched-bench -m '" + o.model + "' -t " + std::to_string(threads) +
                     " -tb " + std::to_string(threads) + " -c " + std::to_string(ctx) + " -b 2048 -ub 512 -npp " +
                     std::to_string(o.batch_prompt) + " -ntg " + std::to_string(o.batch_gen) + " -npl " + npl + " 2>/dev/null");
   // Table rows: |  PP |  TG |  B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
   std::regex row(R"(^\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|)");
   std::istringstream bs(out);
+  std::string line;
   while (std::getline(bs, line)) {
     std::smatch m;
     if (std::regex_search(line, m, row)) f.batched.emplace_back(std::stoi(m[3]), std::stod(m[8]));
   }
-  if (f.pp == 0 || f.tg == 0 || f.batched.empty()) f.note = "could not read some llama.cpp figures";
+  if (f.pp.tps == 0 || f.tg.tps == 0 || f.batched.empty() || (o.long_tokens > 0 && (f.long_pp.tps == 0 || f.long_tg.tps == 0)))
+    f.note = "could not read some llama.cpp figures";
   return f;
 }
 
@@ -176,11 +229,13 @@ struct troupe_figures {
   bool kv_q8 = false;
   std::string name() const { return std::string(matmul_order_name(order)) + " order" + (kv_q8 ? ", q8 K/V" : ""); }
   std::vector<double> pp, tg;
+  std::vector<double> long_pp, long_tg;  // the long-context tests (empty when skipped)
   std::vector<std::pair<int, double>> agg;  // batch size, aggregate decode tokens/s
+  std::vector<std::vector<double>> agg_rounds;  // per batch size (as agg), each round's figure
   std::vector<std::pair<int, std::vector<double>>> to_b1;  // batch size, each round's ratio to batch 1
   kv_usage peak;
-  // The last round's decode steps at batch 1 and at 16 (else the largest batch), phase by phase,
-  // and their mean wall time (forward plus sampling and bookkeeping).
+  // The last round's decode steps at every batch size, phase by phase, and their mean wall time
+  // (forward plus sampling and bookkeeping).
   struct profiled_batch {
     int batch = 0;
     step_profile profile;
@@ -302,17 +357,30 @@ result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmu
     f.tg.push_back(static_cast<double>(st.decode_steps) / st.decode_seconds);
     std::fprintf(stderr, "  %s: decode run %d: %.1f tokens/s\n", name, r + 1, f.tg.back());
   }
+  // Long contexts: a prompt of long_tokens prefilled in chunks of 512 (llama-bench's default
+  // micro-batch, which its pp test runs in), then decode_tokens decoded after such a prompt (its
+  // tg test at -d long_tokens).
+  for (int r = 0; r < o.repeats && o.long_tokens > 0; ++r) {
+    batch_generator gen(be, 512);
+    generation_request req;
+    req.prompt = random_prompt(o.long_tokens, hp.n_vocab, 200 + static_cast<uint32_t>(r));
+    req.max_tokens = o.decode_tokens + 1;
+    req.sampling = request_sampling(o, r);
+    generation_stats st;
+    if (auto e = first_error(gen.run({req}, &st), "long context"); !e) return make_error(e.error());
+    f.long_pp.push_back(st.prompt_tokens / st.prefill_seconds);
+    f.long_tg.push_back(static_cast<double>(st.decode_steps) / st.decode_seconds);
+    std::fprintf(stderr, "  %s: long context run %d: prefill of %d tokens %.1f tokens/s, decode after them %.1f tokens/s\n",
+                 name, r + 1, o.long_tokens, f.long_pp.back(), f.long_tg.back());
+  }
   // Batched decode: B sequences of batch_prompt + batch_gen tokens, decoding together. Each of
   // batch_repeats rounds runs every batch size once, back to back, so that a round's ratios to
   // batch 1 divide figures measured seconds apart (this machine's speed drifts over minutes);
   // figures and ratios are the medians over the rounds.
   std::vector<std::vector<double>> runs(o.batches.size()), ratios(o.batches.size());
-  const bool has16 = std::find(o.batches.begin(), o.batches.end(), 16) != o.batches.end();
-  const int big = has16 ? 16 : *std::max_element(o.batches.begin(), o.batches.end());
   auto* cpu = dynamic_cast<cpu_backend*>(&be);
-  for (int b : {1, big})
-    if (cpu && std::find(o.batches.begin(), o.batches.end(), b) != o.batches.end() &&
-        (f.profiles.empty() || f.profiles.back().batch != b))
+  for (int b : o.batches)
+    if (cpu && std::none_of(f.profiles.begin(), f.profiles.end(), [b](const auto& p) { return p.batch == b; }))
       f.profiles.push_back({b, {}, 0.0});
   for (int r = 0; r < std::max(1, o.batch_repeats); ++r) {
     double b1 = 0;
@@ -337,66 +405,388 @@ result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmu
     f.agg.emplace_back(o.batches[i], median(runs[i]));
     if (!ratios[i].empty()) f.to_b1.emplace_back(o.batches[i], ratios[i]);
   }
+  f.agg_rounds = std::move(runs);
   return f;
 }
 
-// A decode step's time by phase (cpu_backend's profile) against its mean wall time.
-void print_profile(const std::string& name, int batch, const step_profile& p, double step_seconds) {
-  if (p.steps == 0 || step_seconds <= 0) return;
-  const double step_ms = step_seconds * 1e3, per = 1e3 / static_cast<double>(p.steps);
-  auto line = [step_ms](const char* what, double ms) {
-    std::printf("  %-48s %7.3f ms  %5.1f%%\n", what, ms, 100.0 * ms / step_ms);
-  };
-  std::printf("\n%s, batch %d: a decode step of %.2f ms (mean of the last round's %lld steps), by phase:\n", name.c_str(),
-              batch, step_ms, static_cast<long long>(p.steps));
-  double matmuls = 0;
-  for (int i = 0; i < step_profile::n_phases; ++i) {
-    const double ms = p.seconds[static_cast<size_t>(i)] * per;
-    if (i == step_profile::qkv || i == step_profile::wo || i == step_profile::gate_up || i == step_profile::down ||
-        i == step_profile::head)
-      matmuls += ms;
-    line(step_profile::names[static_cast<size_t>(i)], ms);
+// The mean number of positions a decode step attends to when a sequence of `prompt` tokens
+// generates `max_tokens`: the first comes from prefill, then a decode step at position p attends
+// to p + 1 positions, p from prompt to prompt + max_tokens - 2. The batched tests' sequences run
+// in lockstep (no stop token ends one early), so every step of theirs has this mean.
+double mean_decode_context(int prompt, int max_tokens) { return prompt + 1 + (max_tokens - 2) / 2.0; }
+
+// Short keys for step_profile's phases, in its order (for --json).
+constexpr std::array<const char*, step_profile::n_phases> phase_keys = {"qkv",  "attention", "wo",   "gate_up",
+                                                                         "down", "head",      "other"};
+constexpr bool all_named(const std::array<const char*, step_profile::n_phases>& a) {
+  for (const char* k : a)
+    if (!k) return false;
+  return true;
+}
+static_assert(all_named(phase_keys), "a step_profile phase without a key here");
+
+// One profiled batch size's decode step, in milliseconds, with what its attention reads.
+struct step_breakdown {
+  int batch = 0;
+  int64_t steps = 0;
+  double step_ms = 0;                               // mean wall time of a step
+  std::array<double, step_profile::n_phases> ms{};  // mean per phase
+  double outside_ms = 0;                            // sampling, batch setup: the step outside forward
+  double kv_bytes = 0;                              // K/V bytes attention reads in a step
+  double kv_gb_per_s() const {
+    return ms[step_profile::attention] > 0 ? kv_bytes / (ms[step_profile::attention] * 1e-3) / 1e9 : 0.0;
   }
-  line("sampling, batch setup (outside forward)", step_ms - p.total() * per);
-  const double attention = p.seconds[step_profile::attention] * per;
-  std::printf("  matmuls (with the work on their rows) together %.3f ms (%.1f%%), attention %.3f ms (%.1f%%)\n", matmuls,
-              100.0 * matmuls / step_ms,
-              attention, 100.0 * attention / step_ms);
+};
+
+std::vector<step_breakdown> breakdowns(const troupe_figures& r, const bench_options& o) {
+  std::vector<step_breakdown> out;
+  for (const auto& pb : r.profiles) {
+    const auto& p = pb.profile;
+    if (p.steps == 0 || pb.step_seconds <= 0) continue;
+    step_breakdown b;
+    b.batch = pb.batch;
+    b.steps = p.steps;
+    b.step_ms = pb.step_seconds * 1e3;
+    const double per = 1e3 / static_cast<double>(p.steps);
+    for (size_t i = 0; i < b.ms.size(); ++i) b.ms[i] = p.seconds[i] * per;
+    b.outside_ms = b.step_ms - p.total() * per;
+    b.kv_bytes = static_cast<double>(pb.batch) * mean_decode_context(o.batch_prompt, o.batch_gen) *
+                 static_cast<double>(r.kv_bytes_per_token);
+    out.push_back(b);
+  }
+  return out;
+}
+
+// Each configuration's decode steps phase by phase at every batch size (cpu_backend's profile of
+// the last round), what attention's K/V reads reach against the streaming-read ceiling, and how
+// each phase grows from batch 16 to 64.
+void print_profiles(const troupe_figures& r, const bench_options& o, const read_ceiling& ceiling) {
+  const auto bs = breakdowns(r, o);
+  if (bs.empty()) return;
+  std::printf("\n%s: a decode step by phase, ms (%% of the step); the mean of the last round's steps at each batch size\n\n",
+              r.name().c_str());
+  std::string head = "| phase |", rule = "|---|";
+  for (const auto& b : bs) {
+    head += " B=" + std::to_string(b.batch) + " |";
+    rule += "---|";
+  }
+  std::printf("%s\n%s\n", head.c_str(), rule.c_str());
+  auto row = [&](const char* what, auto value) {
+    std::printf("| %s |", what);
+    for (const auto& b : bs) std::printf(" %.3f (%.1f%%) |", value(b), 100.0 * value(b) / b.step_ms);
+    std::printf("\n");
+  };
+  for (size_t i = 0; i < step_profile::n_phases; ++i)
+    row(step_profile::names[i], [i](const step_breakdown& b) { return b.ms[i]; });
+  row("sampling, batch setup (outside forward)", [](const step_breakdown& b) { return b.outside_ms; });
+  std::printf("| whole step |");
+  for (const auto& b : bs) std::printf(" %.3f |", b.step_ms);
+  std::printf("\n| per token (step / B) |");
+  for (const auto& b : bs) std::printf(" %.3f |", b.step_ms / b.batch);
+  std::printf("\n| steps profiled |");
+  for (const auto& b : bs) std::printf(" %lld |", static_cast<long long>(b.steps));
+  std::printf("\n\nattention's K/V reads (%zu bytes a position, a mean of %.0f positions per sequence):\n",
+              r.kv_bytes_per_token, mean_decode_context(o.batch_prompt, o.batch_gen));
+  for (const auto& b : bs) {
+    std::printf("  B=%d: %.1f MB a step in %.3f ms = %.1f GB/s", b.batch, b.kv_bytes / 1e6, b.ms[step_profile::attention],
+                b.kv_gb_per_s());
+    if (ceiling.gb_per_s > 0) std::printf(", %.0f%% of the %.1f GB/s streaming read", 100.0 * b.kv_gb_per_s() / ceiling.gb_per_s, ceiling.gb_per_s);
+    std::printf("\n");
+  }
+  const step_breakdown *b16 = nullptr, *b64 = nullptr;
+  for (const auto& b : bs) {
+    if (b.batch == 16) b16 = &b;
+    if (b.batch == 64) b64 = &b;
+  }
+  if (b16 && b64) {
+    std::printf("from batch 16 to 64 (4x the tokens a step) each phase's step time grows:");
+    for (size_t i = 0; i < step_profile::n_phases; ++i)
+      if (b16->ms[i] > 0) std::printf(" %s %.2fx;", phase_keys[i], b64->ms[i] / b16->ms[i]);
+    std::printf(" whole step %.2fx, so batch 64 makes %.2fx batch 16's tokens/s\n", b64->step_ms / b16->step_ms,
+                4.0 * b16->step_ms / b64->step_ms);
+  }
 }
 
 // The engine issue's floors, each configuration against them: prefill and single-sequence
 // decode >= 0.8x llama.cpp, aggregate decode at batch 16 >= 4x the same configuration's batch 1
 // (the median of the rounds' ratios) and >= 3x llama-batched-bench's figure.
-void print_floors(const std::vector<troupe_figures>& runs, const llama_figures& llama) {
-  auto verdict = [](double value, double floor) { return value >= floor ? "met" : "NOT met"; };
-  auto vs_llama = [&](std::string& line, const char* what, double ours, double theirs, double floor) {
-    line += "; " + std::string(what) + " ";
-    if (theirs <= 0) {
-      line += "(no llama.cpp figure)";
-      return;
-    }
-    line += fixed2(ours / theirs) + "x llama.cpp, " + verdict(ours / theirs, floor);
-  };
-  std::printf("\nfloors (prefill and decode >= 0.8x llama.cpp; batch 16 >= 4x its own batch 1 and >= 3x llama.cpp's "
-              "batched figure):\n");
+struct floor_check {
+  std::string what;  // "prefill vs llama.cpp", ...
+  bool measured = false;
+  double value = 0, floor = 0;
+  bool met() const { return measured && value >= floor; }
+};
+
+std::vector<floor_check> floors_of(const troupe_figures& r, const llama_figures& llama) {
   double llama_b16 = 0;
   for (auto [b, tps] : llama.batched)
     if (b == 16) llama_b16 = tps;
+  auto vs = [](const char* what, double ours, double theirs, double floor) {
+    return floor_check{what, theirs > 0, theirs > 0 ? ours / theirs : 0.0, floor};
+  };
+  std::vector<floor_check> out = {vs("prefill vs llama.cpp", median(r.pp), llama.pp.tps, 0.8),
+                                  vs("decode vs llama.cpp", median(r.tg), llama.tg.tps, 0.8)};
+  const std::vector<double>* b16 = nullptr;
+  for (const auto& [b, each] : r.to_b1)
+    if (b == 16) b16 = &each;
+  const bool have16 = b16 && !b16->empty();
+  out.push_back({"batch 16 vs its batch 1", have16, have16 ? median(*b16) : 0.0, 4.0});
+  out.push_back(have16 ? vs("batch 16 vs llama.cpp", r.at(16), llama_b16, 3.0) : floor_check{"batch 16 vs llama.cpp", false, 0, 3.0});
+  return out;
+}
+
+void print_floors(const std::vector<troupe_figures>& runs, const llama_figures& llama) {
+  std::printf("\nfloors (prefill and decode >= 0.8x llama.cpp; batch 16 >= 4x its own batch 1 and >= 3x llama.cpp's "
+              "batched figure):\n");
   for (const auto& r : runs) {
     std::string line;
-    vs_llama(line, "prefill", median(r.pp), llama.pp, 0.8);
-    vs_llama(line, "decode", median(r.tg), llama.tg, 0.8);
-    const std::vector<double>* b16 = nullptr;
-    for (const auto& [b, each] : r.to_b1)
-      if (b == 16) b16 = &each;
-    if (b16 && !b16->empty()) {
-      line += "; batch 16 " + fixed2(median(*b16)) + "x its batch 1, " + verdict(median(*b16), 4.0);
-      vs_llama(line, "batch 16", r.at(16), llama_b16, 3.0);
-    } else {
-      line += "; batch 16 not measured (--batches needs 1 and 16)";
+    for (const auto& c : floors_of(r, llama)) {
+      line += "; " + c.what + " ";
+      if (c.measured) line += fixed2(c.value) + "x, " + (c.met() ? "met" : "NOT met");
+      else line += c.what.find("llama") != std::string::npos ? "(no llama.cpp figure)" : "(not measured: --batches needs 1 and 16)";
     }
     std::printf("  %s: %s\n", r.name().c_str(), line.substr(2).c_str());
   }
+}
+
+// Where and when a run ran: the figures move with the machine and its neighbours' load.
+struct machine_state {
+  std::string cpu = cpu_name();
+  std::string started_at, finished_at;  // UTC, ISO 8601
+  std::array<double, 3> load_start{}, load_end{};  // 1, 5 and 15 minute load averages
+};
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::array<double, 3> load_average() {
+  std::array<double, 3> l{-1, -1, -1};
+  if (getloadavg(l.data(), 3) != 3) l = {-1, -1, -1};
+  return l;
+}
+
+std::string load_text(const std::array<double, 3>& l) {
+  return fixed2(l[0]) + " / " + fixed2(l[1]) + " / " + fixed2(l[2]);
+}
+
+// The K/V bytes one decode step of the long-context test reads (the mean over its steps).
+double long_kv_bytes(const troupe_figures& r, const bench_options& o) {
+  return mean_decode_context(o.long_tokens, o.decode_tokens + 1) * static_cast<double>(r.kv_bytes_per_token);
+}
+
+double long_ceiling_tps(const read_ceiling& c, const troupe_figures& r, const bench_options& o) {
+  return c.gb_per_s > 0 ? c.gb_per_s * 1e9 / (static_cast<double>(c.bytes) + long_kv_bytes(r, o)) : 0.0;
+}
+
+// --json: every figure the run prints, in one document. The layout is documented in --help
+// (engine_json_help) and read by bench/plot.py; a change to it that a reader must know of
+// bumps k_engine_json_version.
+constexpr int k_engine_json_version = 1;
+
+const char* engine_json_help =
+    "--json FILE writes the run's figures as one JSON object: schema \"troupe.bench.engine\", schema_version 1; "
+    "machine (cpu, logical_cpus, started_at, finished_at, load_average_start / _end: 1, 5, 15 min); model (id, path, "
+    "layers, embd, vocab, weight_bytes); threads; matmul_isa; amx (available, line: the AMX path or why not); options "
+    "(every test's size and count); ceiling (streaming read of the weights' bytes: bytes, gb_per_s, tokens_per_s); "
+    "configurations[] (name, matmul_order, kv; tests prefill, decode, long_prefill, long_decode: tokens, depth, runs "
+    "(tokens/s), median, llama_cpp, ratio, ceiling_percent for decodes; batched[]: batch, rounds, median, "
+    "ratio_to_batch1 and its rounds, llama_cpp, ratio, step (decode step phase by phase in ms: phases[] of key, label, "
+    "ms; outside_forward_ms, step_ms, steps, kv_bytes, kv_gb_per_s, kv_ceiling_percent); floors[]; kv_bytes_per_token, "
+    "block_size, peak_kv); llama_cpp (available, note, prefill, decode, long_prefill, long_decode: tokens_per_s, "
+    "stddev; batched[]: batch, tokens_per_s); peak_rss_mib. A figure not measured is null.";
+
+std::string engine_json(const bench_options& o, const loaded_model& lm, int threads, const machine_state& m,
+                        const read_ceiling& ceiling, const std::vector<troupe_figures>& runs, const llama_figures& llama,
+                        long rss_kib) {
+  const auto& hp = lm.weights->params();
+  troupe::net::json_writer w;
+  // A figure not measured (0) is null, not 0 tokens/s.
+  auto figure = [&w](std::string_view k, double v) {
+    w.key(k);
+    if (v > 0) w.value(v);
+    else w.null();
+  };
+  auto doubles = [&w](std::string_view k, const std::vector<double>& v) {
+    w.key(k).begin_array();
+    for (double x : v) w.value(x);
+    w.end_array();
+  };
+  auto loads = [&w](std::string_view k, const std::array<double, 3>& l) {
+    w.key(k).begin_array();
+    for (double x : l) {
+      if (x >= 0) w.value(x);
+      else w.null();
+    }
+    w.end_array();
+  };
+  auto llama_batched = [&llama](int b) {
+    for (auto [lb, lt] : llama.batched)
+      if (lb == b) return lt;
+    return 0.0;
+  };
+  w.begin_object();
+  w.field("schema", "troupe.bench.engine").field("schema_version", int64_t{k_engine_json_version});
+  w.key("machine").begin_object();
+  w.field("cpu", m.cpu).field("logical_cpus", int64_t{std::thread::hardware_concurrency()});
+  w.field("started_at", m.started_at).field("finished_at", m.finished_at);
+  loads("load_average_start", m.load_start);
+  loads("load_average_end", m.load_end);
+  w.end_object();
+  w.key("model").begin_object();
+  w.field("id", lm.id).field("path", o.model).field("layers", int64_t{hp.n_layer}).field("embd", int64_t{hp.n_embd});
+  w.field("vocab", int64_t{hp.n_vocab}).field("weight_bytes", static_cast<uint64_t>(lm.weights->weight_bytes()));
+  w.end_object();
+  w.field("threads", int64_t{threads}).field("matmul_isa", matmul_isa());
+  w.key("amx").begin_object();
+  w.field("available", amx_support().available).field("line", amx_path_line());
+  w.end_object();
+  w.key("options").begin_object();
+  w.field("prefill_tokens", int64_t{o.prefill_tokens}).field("decode_tokens", int64_t{o.decode_tokens});
+  w.field("long_tokens", int64_t{o.long_tokens}).field("batch_prompt", int64_t{o.batch_prompt});
+  w.field("batch_gen", int64_t{o.batch_gen}).field("repeats", int64_t{o.repeats});
+  w.field("batch_repeats", int64_t{o.batch_repeats}).field("block_size", int64_t{o.block_size});
+  w.key("batches").begin_array();
+  for (int b : o.batches) w.value(int64_t{b});
+  w.end_array();
+  w.field("temperature", static_cast<double>(o.sampling.temperature)).field("top_k", int64_t{o.sampling.top_k});
+  w.field("top_p", static_cast<double>(o.sampling.top_p));
+  w.end_object();
+  w.key("ceiling");
+  if (ceiling.bytes) {
+    w.begin_object();
+    w.field("bytes", static_cast<uint64_t>(ceiling.bytes)).field("threads", int64_t{ceiling.threads});
+    w.field("gb_per_s", ceiling.gb_per_s).field("tokens_per_s", ceiling.tokens_per_s());
+    w.end_object();
+  } else {
+    w.null();
+  }
+
+  w.key("configurations").begin_array();
+  for (const auto& r : runs) {
+    w.begin_object();
+    w.field("name", r.name()).field("matmul_order", matmul_order_name(r.order)).field("kv", r.kv_q8 ? "q8" : "f16");
+    // One single-sequence test: its runs, median, llama.cpp's figure and the ratio.
+    auto test = [&](const char* key, int tokens, int depth, const std::vector<double>& each, double reference,
+                    double ceiling_tps) {
+      w.key(key);
+      if (each.empty()) {
+        w.null();
+        return;
+      }
+      w.begin_object();
+      w.field("tokens", int64_t{tokens}).field("depth", int64_t{depth});
+      doubles("runs", each);
+      w.field("median", median(each));
+      figure("llama_cpp", reference);
+      figure("ratio", reference > 0 ? median(each) / reference : 0.0);
+      if (ceiling_tps >= 0) figure("ceiling_percent", ceiling_tps > 0 ? 100.0 * median(each) / ceiling_tps : 0.0);
+      w.end_object();
+    };
+    test("prefill", o.prefill_tokens, 0, r.pp, llama.pp.tps, -1);
+    test("decode", o.decode_tokens, 16, r.tg, llama.tg.tps, ceiling.tokens_per_s());
+    test("long_prefill", o.long_tokens, 0, r.long_pp, llama.long_pp.tps, -1);
+    test("long_decode", o.decode_tokens, o.long_tokens, r.long_tg, llama.long_tg.tps, long_ceiling_tps(ceiling, r, o));
+
+    const auto bs = breakdowns(r, o);
+    w.key("batched").begin_array();
+    for (size_t i = 0; i < r.agg.size(); ++i) {
+      const int b = r.agg[i].first;
+      w.begin_object();
+      w.field("batch", int64_t{b});
+      doubles("rounds", i < r.agg_rounds.size() ? r.agg_rounds[i] : std::vector<double>{});
+      w.field("median", r.agg[i].second);
+      const std::vector<double>* each = nullptr;
+      for (const auto& [bb, e] : r.to_b1)
+        if (bb == b) each = &e;
+      w.key("ratio_to_batch1");
+      if (each && !each->empty()) w.value(median(*each));
+      else w.null();
+      doubles("ratio_to_batch1_rounds", each ? *each : std::vector<double>{});
+      figure("llama_cpp", llama_batched(b));
+      figure("ratio", llama_batched(b) > 0 ? r.agg[i].second / llama_batched(b) : 0.0);
+      w.key("step");
+      const step_breakdown* sb = nullptr;
+      for (const auto& x : bs)
+        if (x.batch == b) sb = &x;
+      if (!sb) {
+        w.null();
+      } else {
+        w.begin_object();
+        w.field("steps", int64_t{sb->steps}).field("step_ms", sb->step_ms);
+        w.key("phases").begin_array();
+        for (size_t p = 0; p < step_profile::n_phases; ++p) {
+          w.begin_object();
+          w.field("key", phase_keys[p]).field("label", step_profile::names[p]).field("ms", sb->ms[p]);
+          w.end_object();
+        }
+        w.end_array();
+        w.field("outside_forward_ms", sb->outside_ms).field("kv_bytes", sb->kv_bytes);
+        figure("kv_gb_per_s", sb->kv_gb_per_s());
+        figure("kv_ceiling_percent", ceiling.gb_per_s > 0 ? 100.0 * sb->kv_gb_per_s() / ceiling.gb_per_s : 0.0);
+        w.end_object();
+      }
+      w.end_object();
+    }
+    w.end_array();
+    w.key("floors").begin_array();
+    for (const auto& c : floors_of(r, llama)) {
+      w.begin_object();
+      w.field("what", c.what).field("floor", c.floor);
+      w.key("value");
+      if (c.measured) w.value(c.value);
+      else w.null();
+      w.key("met");
+      if (c.measured) w.value(c.met());
+      else w.null();
+      w.end_object();
+    }
+    w.end_array();
+    w.field("kv_bytes_per_token", static_cast<uint64_t>(r.kv_bytes_per_token)).field("block_size", int64_t{r.block_size});
+    w.key("peak_kv").begin_object();
+    w.field("blocks_used", int64_t{r.peak.blocks_used}).field("blocks_total", int64_t{r.peak.blocks_total});
+    w.field("slots_wasted", static_cast<int64_t>(r.peak.slots_wasted));
+    w.end_object();
+    w.end_object();
+  }
+  w.end_array();
+
+  w.key("llama_cpp").begin_object();
+  const bool ran = !llama.batched.empty() || llama.pp.tps > 0 || llama.tg.tps > 0;
+  w.field("available", ran);
+  w.key("note");
+  if (llama.note.empty()) w.null();
+  else w.value(llama.note);
+  auto ltest = [&](const char* key, const llama_test& t) {
+    w.key(key);
+    if (t.tps <= 0) {
+      w.null();
+      return;
+    }
+    w.begin_object();
+    w.field("tokens_per_s", t.tps).field("stddev", t.sd);
+    w.end_object();
+  };
+  ltest("prefill", llama.pp);
+  ltest("decode", llama.tg);
+  ltest("long_prefill", llama.long_pp);
+  ltest("long_decode", llama.long_tg);
+  w.key("batched").begin_array();
+  for (auto [b, tps] : llama.batched) {
+    w.begin_object();
+    w.field("batch", int64_t{b}).field("tokens_per_s", tps);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  w.field("peak_rss_mib", static_cast<double>(rss_kib) / 1024.0);
+  w.end_object();
+  return w.take();
 }
 
 int run_bench_engine(const bench_options& o) {
@@ -411,11 +801,19 @@ int run_bench_engine(const bench_options& o) {
     std::fprintf(stderr, "troupe bench engine: --batches names no batch size\n");
     return 1;
   }
+  for (size_t i = 0; i < o.batches.size(); ++i)
+    if (std::find(o.batches.begin(), o.batches.begin() + static_cast<std::ptrdiff_t>(i), o.batches[i]) !=
+        o.batches.begin() + static_cast<std::ptrdiff_t>(i)) {
+      std::fprintf(stderr, "troupe bench engine: --batches names batch size %d twice\n", o.batches[i]);
+      return 1;
+    }
   const int max_b = *std::max_element(o.batches.begin(), o.batches.end());
   // Every test's sequence must fit the model's context: each prefill run also samples a token,
-  // and the decode test's prompt is 16 tokens and it generates one more token than it times.
+  // and the decode tests generate one more token than they time after a prompt of 16 tokens (or
+  // of --long-tokens).
   for (auto [what, n] : {std::pair<const char*, int64_t>{"--prefill-tokens + 1", int64_t{o.prefill_tokens} + 1},
                          {"16 + --decode-tokens + 1", 17 + int64_t{o.decode_tokens}},
+                         {"--long-tokens + --decode-tokens + 1", int64_t{o.long_tokens} + o.decode_tokens + 1},
                          {"--batch-prompt + --batch-gen", int64_t{o.batch_prompt} + o.batch_gen}})
     if (n > hp.n_ctx_train) {
       std::fprintf(stderr, "troupe bench engine: %s is %lld tokens, more than the model's context of %d\n", what,
@@ -448,6 +846,18 @@ int run_bench_engine(const bench_options& o) {
                       std::string(matmul_isa()) == "avx512vnni";
     configs.emplace_back(fast ? matmul_order::fast : matmul_order::llama_cpp, true);
   }
+  // Open the --json file before the run (minutes): a path that cannot be written fails now.
+  std::ofstream json_out;
+  if (!o.json.empty()) {
+    json_out.open(o.json, std::ios::binary | std::ios::trunc);
+    if (!json_out) {
+      std::fprintf(stderr, "troupe bench engine: --json: cannot write '%s'\n", o.json.c_str());
+      return 1;
+    }
+  }
+  machine_state machine;
+  machine.started_at = utc_now();
+  machine.load_start = load_average();
   std::vector<troupe_figures> runs;
   read_ceiling ceiling;
   for (auto [order, kv_q8] : configs) {
@@ -456,8 +866,9 @@ int run_bench_engine(const bench_options& o) {
     bo.matmul = order;
     bo.kv_q8 = kv_q8;
     bo.block_size = o.block_size;
-    bo.kv_bytes = static_cast<int64_t>(max_b) * (o.batch_prompt + o.batch_gen + 32) * hp.n_kv_dim() * hp.n_layer * 2 * 2 +
-                  (64ll << 20);
+    const int64_t kv_tokens = std::max(int64_t{max_b} * (o.batch_prompt + o.batch_gen + 32),
+                                       int64_t{std::max(o.prefill_tokens, o.long_tokens)} + o.decode_tokens + 32);
+    bo.kv_bytes = kv_tokens * hp.n_kv_dim() * hp.n_layer * 2 * 2 + (64ll << 20);
     auto be = make_backend("cpu", lm.value()->weights, bo);
     if (!be && kv_q8 && !kv_q8_supported(hp.head_dim)) {
       std::fprintf(stderr, "note: %s; q8 K/V skipped\n", be.error().c_str());
@@ -486,9 +897,14 @@ int run_bench_engine(const bench_options& o) {
   }
   const long rss = peak_rss_kib();
   auto llama = run_llama(o, threads);
+  machine.finished_at = utc_now();
+  machine.load_end = load_average();
 
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   std::printf("\n## troupe bench engine — %s, %d threads, matmul path %s\n\n", lm.value()->id.c_str(), threads, matmul_isa());
+  std::printf("CPU %s, %u logical CPUs; %s to %s; load average (1/5/15 min) %s at the start, %s at the end\n\n",
+              machine.cpu.c_str(), std::thread::hardware_concurrency(), machine.started_at.c_str(),
+              machine.finished_at.c_str(), load_text(machine.load_start).c_str(), load_text(machine.load_end).c_str());
   std::printf("%s\n\n", amx_path_line().c_str());
   if (o.sampling.temperature > 0.0f)
     std::printf("Decode tests sample at temperature %.2f, top_k %d, top_p %.2f (a seed per request); llama.cpp's "
@@ -513,9 +929,15 @@ int run_bench_engine(const bench_options& o) {
     for (const auto& r : runs) std::printf(" %.2f |", ratio(troupe_value(r), reference));
     std::printf("\n");
   };
-  row("prefill pp" + std::to_string(o.prefill_tokens), [](const troupe_figures& r) { return median(r.pp); }, llama.pp);
+  row("prefill pp" + std::to_string(o.prefill_tokens), [](const troupe_figures& r) { return median(r.pp); }, llama.pp.tps);
   row("decode tg" + std::to_string(o.decode_tokens) + " (1 sequence)", [](const troupe_figures& r) { return median(r.tg); },
-      llama.tg);
+      llama.tg.tps);
+  if (o.long_tokens > 0) {
+    row("prefill pp" + std::to_string(o.long_tokens), [](const troupe_figures& r) { return median(r.long_pp); },
+        llama.long_pp.tps);
+    row("decode tg" + std::to_string(o.decode_tokens) + " at depth " + std::to_string(o.long_tokens),
+        [](const troupe_figures& r) { return median(r.long_tg); }, llama.long_tg.tps);
+  }
   for (int b : o.batches) {
     double l = 0;
     for (auto [lb, lt] : llama.batched)
@@ -540,20 +962,37 @@ int run_bench_engine(const bench_options& o) {
     for (const auto& r : runs)
       std::printf("%s: decode tg%d %.1f tokens/s = %.0f%% of that ceiling\n", r.name().c_str(), o.decode_tokens,
                   median(r.tg), 100.0 * median(r.tg) / ceiling.tokens_per_s());
+    // At depth long_tokens a step also reads the sequence's K/V, as many bytes again as the
+    // weights at 4096 tokens of fp16 K/V: the ceiling there counts both.
+    for (const auto& r : runs)
+      if (!r.long_tg.empty())
+        std::printf("%s: decode tg%d at depth %d %.1f tokens/s = %.0f%% of the ceiling of a step reading the weights and "
+                    "%.1f MB of K/V (%.0f tokens/s)\n",
+                    r.name().c_str(), o.decode_tokens, o.long_tokens, median(r.long_tg),
+                    100.0 * median(r.long_tg) / long_ceiling_tps(ceiling, r, o), long_kv_bytes(r, o) / 1e6,
+                    long_ceiling_tps(ceiling, r, o));
   }
   print_floors(runs, llama);
-  for (const auto& r : runs)
-    for (const auto& pb : r.profiles) print_profile(r.name(), pb.batch, pb.profile, pb.step_seconds);
+  for (const auto& r : runs) print_profiles(r, o, ceiling);
   std::printf("\npeak RSS: %.1f MiB\n", static_cast<double>(rss) / 1024.0);
   for (const auto& r : runs)
     std::printf("%s: KV bytes per token %zu (%s K and V, %d layers x %d dims); peak KV blocks used: %d of %d (%d tokens/block, %lld slots wasted)\n",
                 r.name().c_str(), r.kv_bytes_per_token, r.kv_q8 ? "q8" : "fp16", hp.n_layer, hp.n_kv_dim(), r.peak.blocks_used,
                 r.peak.blocks_total, r.block_size, static_cast<long long>(r.peak.slots_wasted));
   if (!llama.note.empty()) std::printf("note: %s\n", llama.note.c_str());
+  if (json_out.is_open()) {
+    json_out << engine_json(o, *lm.value(), threads, machine, ceiling, runs, llama, rss) << "\n";
+    json_out.close();
+    if (!json_out) {
+      std::fprintf(stderr, "troupe bench engine: --json: writing '%s' failed\n", o.json.c_str());
+      return 1;
+    }
+    std::printf("figures written to %s\n", o.json.c_str());
+  }
   return 0;
 }
 
-troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, batched decode) against llama.cpp",
+troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, long contexts, batched decode) against llama.cpp",
                                  [](CLI::App& sub) {
                                    auto o = std::make_shared<bench_options>();
                                    sub.add_option("--model,-m", o->model, "GGUF model file")->capture_default_str();
@@ -570,7 +1009,10 @@ troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, b
                                    sub.add_option("--batch-prompt", o->batch_prompt, "Prompt tokens per sequence in batched decode")->check(CLI::Range(1, 1 << 20))->capture_default_str();
                                    sub.add_option("--batch-gen", o->batch_gen, "Generated tokens per sequence in batched decode (the first comes from prefill)")->check(CLI::Range(2, 1 << 20))->capture_default_str();
                                    sub.add_option("--kv", o->kv, "K/V memory: f16, q8 or both (q8 once, in the fast order when it runs)")->capture_default_str();
+                                   sub.add_option("--long-tokens", o->long_tokens, "Long-context tests: prefill of a prompt of this many tokens, and decode after one (0 = skip)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
                                    sub.add_flag("--skip-llama", o->skip_llama, "Do not run llama.cpp");
+                                   sub.add_option("--json", o->json, "Also write every figure of the run to this JSON file (bench/plot.py draws it; layout below)");
+                                   sub.footer(engine_json_help);
                                    sub.add_option("--temperature", o->sampling.temperature, "Decode tests sample at this temperature (0 = greedy)")->capture_default_str();
                                    sub.add_option("--top-k", o->sampling.top_k, "Decode tests keep the top k candidates (0 = all)")->capture_default_str();
                                    sub.add_option("--top-p", o->sampling.top_p, "Decode tests keep the top p of the probability mass (1 = all)")->capture_default_str();

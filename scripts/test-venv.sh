@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Makes the Python venv of the real-client tests (tests/clients) and the load benchmark
-# (bench/load.py) under .cache/test-venv, with the pinned packages of
+# Makes the Python venv of the real-client tests (tests/clients), the load benchmark
+# (bench/load.py) and the engine bench's plots (bench/plot.py: matplotlib) under .cache/test-venv,
+# with the pinned packages of
 # tests/clients/requirements.txt. Idempotent: does nothing when the venv already holds exactly
 # those pins. Prints the venv's python on the last line.
 set -euo pipefail
