@@ -1,7 +1,12 @@
 // `troupe generate`: runs one prompt on the engine directly (no actors, no server) and streams
-// the text to stdout, ending with one timing line.
+// the text to stdout, ending with one timing line. With --speculative (a proposer's name) the
+// prompt runs through the serving pipeline in process instead (one request, no cache, no
+// network): speculative verification lives in the scheduler and the executor, and this command
+// uses theirs rather than a copy; the timing line then says what was proposed and accepted.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -9,6 +14,10 @@
 #include <string>
 #include <thread>
 
+#include "actors/client.hpp"
+#include "actors/runtime.hpp"
+#include "actors/scheduler/speculative/proposer.hpp"
+#include "actors/supervisor/pipeline.hpp"
 #include "app/command.hpp"
 #include "model/batch_generator.hpp"
 #include "model/detokenizer.hpp"
@@ -38,6 +47,9 @@ struct generate_options {
   std::string regex;
   std::string choice;   // a JSON array of strings
   bool json_object = false;
+  // Speculative decoding: "off" (the engine directly), or a proposer's name (the pipeline).
+  std::string speculative = "off";
+  int spec_k = 0;       // most guesses a step; 0: the [speculative] default
 };
 
 troupe::result<troupe::structured::constraint_spec> constraint_of(const generate_options& o) {
@@ -72,9 +84,90 @@ int fail(const std::string& m) {
   return 1;
 }
 
+// The speculative options as the scheduler takes them, checked (an unknown method lists the
+// known ones).
+troupe::result<troupe::actors::speculative_config> speculative_of(const generate_options& o) {
+  troupe::actors::speculative_config c;
+  c.method = o.speculative;
+  if (o.spec_k != 0) {
+    if (o.spec_k < 1 || o.spec_k > 32) return troupe::make_error("--spec-k must be in 1..32");
+    c.k = o.spec_k;
+  }
+  if (auto st = troupe::actors::check_speculative_config(c); !st) return troupe::make_error("--speculative: " + st.error());
+  return c;
+}
+
+// One request through the pipeline in process, speculating with `spec`; prints its text as it
+// comes and the timing line.
+int run_pipelined(const generate_options& o, const loaded_model& m, const std::vector<int32_t>& prompt,
+                  const backend_options& bo, const troupe::structured::constraint_spec& constraint,
+                  const troupe::actors::speculative_config& spec) {
+  using namespace troupe::actors;
+  using clock_type = std::chrono::steady_clock;
+  pipeline_config cfg;
+  cfg.model_name = m.id;
+  cfg.cache.enabled = false;
+  cfg.scheduler.max_num_seqs = 1;
+  cfg.scheduler.speculative = spec;
+  cfg.admission.max_tokens_cap = std::max(cfg.admission.max_tokens_cap, o.max_tokens);
+  runtime rt;
+  auto p = pipeline::start(rt.system(), cfg, m.weights, bo);
+  if (!p) return fail(p.error());
+  request_spec r;
+  r.prompt_tokens = prompt;
+  r.sampling = o.sampling;
+  r.max_tokens = o.max_tokens;
+  r.stop = o.stops;
+  r.constraint = constraint;
+  r.speculative = spec.method;
+  r.cache = troupe::cache::cache_choice::refused;
+  client c(**p);
+  auto s = c.submit(r);
+  const auto t0 = clock_type::now();
+  clock_type::time_point first{};
+  bool seen = false;
+  while (auto e = s->next(std::chrono::hours(24))) {
+    if (auto* t = std::get_if<token_event>(&*e)) {
+      if (!seen) first = clock_type::now(), seen = true;
+      std::fwrite(t->text.data(), 1, t->text.size(), stdout);
+      std::fflush(stdout);
+    } else if (auto* d = std::get_if<done_event>(&*e)) {
+      const auto end = clock_type::now();
+      std::fwrite(d->text.data(), 1, d->text.size(), stdout);
+      std::printf("\n");
+      const auto& u = d->usage;
+      const double ttft = seen ? std::chrono::duration<double>(first - t0).count() : 0.0;
+      const double span = seen ? std::chrono::duration<double>(end - first).count() : 0.0;
+      // As on the direct path: the first token comes with the prompt, the rest are decode.
+      const double pf = ttft > 0 ? u.prompt_tokens / ttft : 0.0;
+      const double dc = span > 0 && u.completion_tokens > 1 ? (u.completion_tokens - 1) / span : 0.0;
+      std::fprintf(stderr,
+                   "[prompt: %d tokens, %.1f tokens/s | generated: %d tokens, %.1f tokens/s | finish: %s | "
+                   "speculative: %d proposed, %d accepted (%.0f%%)]\n",
+                   u.prompt_tokens, pf, u.completion_tokens, dc, d->finish_reason.c_str(), u.speculative_proposed,
+                   u.speculative_accepted,
+                   u.speculative_proposed > 0 ? 100.0 * u.speculative_accepted / u.speculative_proposed : 0.0);
+      (*p)->stop();
+      return 0;
+    } else {
+      const auto& err = std::get<error_event>(*e);
+      (*p)->stop();
+      return fail(err.message);
+    }
+  }
+  (*p)->stop();
+  return fail("the pipeline ended the request without an answer");
+}
+
 int run_generate(const generate_options& o) {
   if (o.max_tokens < 1) return fail("--max-tokens must be at least 1");
   if (auto s = o.sampling.validate(); !s) return fail(s.error());
+  auto speculative = speculative_of(o);
+  if (!speculative) return fail(speculative.error());
+  const bool pipelined = speculative->method != "off";
+  if (pipelined && o.show_special)
+    return fail("--special is not supported with --speculative (the pipeline's text leaves special tokens out)");
+  if (!pipelined && o.spec_k != 0) return fail("--spec-k needs --speculative (a method, not off)");
   std::fprintf(stderr, "loading %s ...\n", o.model.c_str());
   auto lm = loaded_model::load(o.model);
   if (!lm) return fail(lm.error());
@@ -104,11 +197,12 @@ int run_generate(const generate_options& o) {
   bo.kv_bytes = static_cast<int64_t>(prompt->size() + static_cast<size_t>(o.max_tokens) + 64) *
                     static_cast<int64_t>(m.weights->params().n_kv_dim()) * m.weights->params().n_layer * 4 +
                 (1 << 20);
-  auto be = make_backend("cpu", m.weights, bo);
-  if (!be) return fail(be.error());
-
   auto spec = constraint_of(o);
   if (!spec) return fail(spec.error());
+  if (pipelined) return run_pipelined(o, m, *prompt, bo, *spec, *speculative);
+
+  auto be = make_backend("cpu", m.weights, bo);
+  if (!be) return fail(be.error());
   std::unique_ptr<troupe::structured::matcher> matcher;
   if (!spec->empty()) {
     auto vocab = std::make_shared<const troupe::structured::token_vocabulary>(m.vocab);
@@ -182,6 +276,11 @@ troupe::app::register_command reg("generate", "Generate text from a prompt with 
   sub.add_option("--grammar", o->grammar_file, "Constrain the output to a GBNF grammar (a file; root rule `root`)");
   sub.add_option("--regex", o->regex, "Constrain the output to a regular expression");
   sub.add_option("--choice", o->choice, "Constrain the output to one of a JSON array of strings");
+  sub.add_option("--speculative", o->speculative,
+                 "Speculative decoding: off, or a proposer (ngram, suffix, ...); a proposer runs the prompt "
+                 "through the serving pipeline in process")
+      ->capture_default_str();
+  sub.add_option("--spec-k", o->spec_k, "With --speculative: most tokens guessed per step (1..32; default: the [speculative] k)");
   return [o]() { return run_generate(*o); };
 });
 

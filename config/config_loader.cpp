@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "actors/scheduler/speculative/draft.hpp"
 #include "config/detail/toml_schema.hpp"
 
 namespace troupe::config {
@@ -159,6 +160,12 @@ void check(const troupe_config& c, const config_registries& r, reader& rd) {
     rd.fail_key("speculative.ngram_min", "speculative.ngram_min (" + std::to_string(p.scheduler.speculative.ngram_min) +
                                              ") exceeds speculative.ngram_max (" +
                                              std::to_string(p.scheduler.speculative.ngram_max) + ")");
+  if (const auto& sp = p.scheduler.speculative; sp.method == "draft" && sp.draft_model.empty())
+    rd.fail_key("speculative.method", "speculative.draft_model is required with speculative.method = \"draft\" "
+                                      "(a smaller GGUF model with the model's vocabulary)");
+  else if (!sp.draft_model.empty())
+    if (auto s = actors::proposers::check_draft_model(sp.draft_model, c.model.path); !s)
+      rd.fail_key("speculative.draft_model", s.error());
   if (p.admission.default_max_tokens > p.admission.max_tokens_cap)
     rd.fail_key(rd.node_of("admission.default_max_tokens") ? "admission.default_max_tokens" : "admission.max_tokens_cap",
                 "admission.default_max_tokens (" + std::to_string(p.admission.default_max_tokens) +

@@ -555,6 +555,10 @@ std::vector<key_spec> make_schema() {
   v.push_back(integer_key("speculative.probe_steps", hot_scheduler, 1, 1 << 20,
                           TROUPE_FIELD(pipeline.scheduler.speculative.probe_steps)));
   v.push_back(integer_key("speculative.max_batch", hot_scheduler, 0, 65536, TROUPE_FIELD(pipeline.scheduler.speculative.max_batch)));
+  v.push_back(bool_key("speculative.cost_rule", hot_scheduler, TROUPE_FIELD(pipeline.scheduler.speculative.cost_rule)));
+  v.push_back(string_key("speculative.draft_model", hot_scheduler, false, {}, TROUPE_FIELD(pipeline.scheduler.speculative.draft_model)));
+  v.push_back(integer_key("speculative.draft_threads", hot_scheduler, 0, 1024, TROUPE_FIELD(pipeline.scheduler.speculative.draft_threads)));
+  v.push_back(mib_key("speculative.draft_kv_mib", hot_scheduler, 1, mib, TROUPE_FIELD(pipeline.scheduler.speculative.draft_kv_bytes)));
 
   v.push_back(string_key("admission.policy", hot_admission, true, {}, TROUPE_FIELD(pipeline.admission.policy)));
   v.push_back(integer_key("admission.max_pending", hot_admission, 1, 16 * mib, TROUPE_FIELD(pipeline.admission.max_pending)));

@@ -116,15 +116,32 @@ step_result executor_state::run(const step_plan& plan) {
 
   const auto t1 = std::chrono::steady_clock::now();
   const int32_t n_vocab = out->n_vocab;
-  // The rows to sample, then their samples: rows that cost more than an argmax (temperature,
-  // penalties, logprobs) are spread over the backend's threads when there are two or more.
+  // Each sampling entry's rows: the position of its last known token, then one per proposed
+  // token (a speculating entry, step_entry::proposal). Row j is sampled exactly as a step without
+  // speculation would sample that position had proposal[0..j-1] been accepted: draw
+  // n_generated + j, the penalty window with those tokens appended (sliding as the scheduler's
+  // would), logit_bias as always, and with a constraint the matcher advanced through them and
+  // `remaining` j fewer. Hence the kept prefix (up to the first row whose sample differs from the
+  // guess, plus that sample) is token for token what decoding without speculation gives, greedy
+  // or seeded; for a deterministic proposer that is the standard speculative-sampling rule (a
+  // guess x is kept with probability p(x); on rejection the sample is from p without x).
+  struct entry_rows {
+    size_t first = 0;                          // its first row in `out`
+    std::vector<model::sample_result> samples;  // by row; the first n_sampled are set
+    int32_t n_sampled = 0;
+    structured::matcher* m = nullptr;          // a constrained entry's matcher
+    std::string error;                         // the entry could not be sampled
+  };
+  std::vector<entry_rows> rows_of(plan.entries.size());
+  // Rows are sampled on the backend's threads where they cost more than an argmax (temperature,
+  // penalties, logprobs). An unconstrained entry's rows do not depend on each other (each has its
+  // own window and draw): one job per row. A constrained one's row j needs the matcher advanced
+  // by row j-1's sample, which is only known once sampled: one job samples its rows in order and
+  // stops at the first that differs from the guess (so the matcher accepts exactly the tokens
+  // the step emits).
   struct row_job {
     size_t entry;
-    const float* logits;
-    model::sample_result sample;
-    structured::matcher* m = nullptr;  // a constrained row's matcher
-    std::string error;                 // the row could not be sampled
-    int32_t pos = 0;                   // a speculating entry's j-th row: draw n_generated + j
+    int32_t pos;  // the entry's row (a constrained entry's job starts at 0 and goes on)
   };
   std::vector<row_job> jobs;
   size_t logit_row = 0;
@@ -132,57 +149,73 @@ step_result executor_state::run(const step_plan& plan) {
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const auto& e = plan.entries[i];
     if (!e.sample || row_of[i] < 0) continue;
-    jobs.push_back({i, out->row(logit_row++), {}, nullptr, {}, 0});
-    costly += e.sampling.costly(e.logprob) || !e.constraint.empty() ? 1 : 0;
-    if (!e.proposal.empty()) {
-      // Every row is sampled on its own (each with its own draw) and compared afterwards: no
-      // row's sample depends on another's, which holds without penalties or a constraint (their
-      // state would move with each accepted token; the scheduler does not propose for them).
-      if (!e.constraint.empty() || !e.recent.empty())
-        jobs.back().error = "a speculative proposal for a sequence with a structured-output constraint or penalties";
-      for (int32_t j = 1; j <= static_cast<int32_t>(e.proposal.size()); ++j) {
-        jobs.push_back({i, out->row(logit_row++), {}, nullptr, {}, j});
-        costly += e.sampling.costly(e.logprob) ? 1 : 0;
-      }
-      continue;
-    }
+    auto& r = rows_of[i];
+    const auto n_rows = static_cast<int32_t>(1 + e.proposal.size());
+    r.first = logit_row;
+    logit_row += static_cast<size_t>(n_rows);
+    r.samples.resize(static_cast<size_t>(n_rows));
     if (!e.constraint.empty()) {
       auto m = matcher_for(e, fed_last[i], plan.step);
-      if (m) jobs.back().m = *m;
-      else jobs.back().error = m.error();
+      if (m) r.m = *m;
+      else r.error = m.error();
+      jobs.push_back({i, 0});
+      ++costly;
+      continue;
+    }
+    r.n_sampled = n_rows;
+    for (int32_t j = 0; j < n_rows; ++j) {
+      jobs.push_back({i, j});
+      costly += e.sampling.costly(e.logprob) ? 1 : 0;
     }
   }
   if (!constrained_.empty()) forget_idle_matchers(plan.step);
-  // Plain greedy without a logprob asked skips the log-softmax over the whole vocabulary,
-  // which costs more than the rest of a decode step's bookkeeping together.
-  auto sample = [&](int64_t k) {
-    auto& j = jobs[static_cast<size_t>(k)];
-    const auto& e = plan.entries[j.entry];
-    const std::vector<int32_t>* window = &e.recent;  // for penalties: with the token fed this step
-    std::vector<int32_t> with_fed;
-    if (fed_last[j.entry] >= 0 && !e.recent.empty()) {
-      with_fed = e.recent;
-      with_fed.push_back(fed_last[j.entry]);
-      window = &with_fed;
+  // One row: its window and mask as described above. Plain greedy without a logprob asked skips
+  // the log-softmax over the whole vocabulary, which costs more than the rest of a decode step's
+  // bookkeeping together.
+  auto sample_row = [&](size_t i, int32_t pos) {
+    const auto& e = plan.entries[i];
+    auto& r = rows_of[i];
+    thread_local std::vector<int32_t> window;  // for penalties: with the token fed this step and the guesses before
+    window.clear();
+    if (!e.recent.empty()) {
+      window = e.recent;
+      if (fed_last[i] >= 0) window.push_back(fed_last[i]);
+      window.insert(window.end(), e.proposal.begin(), e.proposal.begin() + pos);
     }
-    if (!j.error.empty()) return;
-    const float* logits = j.logits;
+    const float* logits = out->row(r.first + static_cast<size_t>(pos));
     thread_local std::vector<float> masked;
-    if (j.m) {
+    if (r.m) {
       thread_local std::vector<uint64_t> bits;
-      masked.assign(j.logits, j.logits + n_vocab);
-      structured::mask_logits(*j.m, masked.data(), n_vocab, eog_, bits, e.remaining);
+      masked.assign(logits, logits + n_vocab);
+      // remaining counts this token: the j-th guess's row has j fewer left (never below one,
+      // like the scheduler's own count).
+      const int32_t remaining = e.remaining > 0 ? std::max(1, e.remaining - pos) : 0;
+      structured::mask_logits(*r.m, masked.data(), n_vocab, eog_, bits, remaining);
       logits = masked.data();
     }
-    j.sample = model::sample_token(logits, n_vocab, e.sampling, *window, e.n_generated + j.pos, e.logprob);
-    if (j.m && !j.m->accept(j.sample.token)) {
-      const bool eog = std::find(eog_.begin(), eog_.end(), j.sample.token) != eog_.end();
-      if (!eog)  // an end the grammar did not reach is still the end (the vocabulary could not go on)
-        j.error = "the sampled token " + std::to_string(j.sample.token) + " does not fit the structured-output constraint";
+    r.samples[static_cast<size_t>(pos)] =
+        model::sample_token(logits, n_vocab, e.sampling, window, e.n_generated + pos, e.logprob);
+  };
+  auto sample = [&](int64_t k) {
+    const auto& job = jobs[static_cast<size_t>(k)];
+    auto& r = rows_of[job.entry];
+    if (!r.error.empty()) return;
+    if (!r.m) return sample_row(job.entry, job.pos);
+    const auto& proposal = plan.entries[job.entry].proposal;
+    for (int32_t pos = 0; pos < static_cast<int32_t>(r.samples.size()); ++pos) {
+      sample_row(job.entry, pos);
+      r.n_sampled = pos + 1;
+      const int32_t token = r.samples[static_cast<size_t>(pos)].token;
+      if (!r.m->accept(token)) {
+        // An end the grammar did not reach is still the end (the vocabulary could not go on).
+        if (std::find(eog_.begin(), eog_.end(), token) == eog_.end())
+          r.error = "the sampled token " + std::to_string(token) + " does not fit the structured-output constraint";
+        return;
+      }
+      if (static_cast<size_t>(pos) == proposal.size() || token != proposal[static_cast<size_t>(pos)]) return;
     }
   };
   be_->sample_rows(static_cast<int64_t>(jobs.size()), costly, sample);
-  size_t next_job = 0;
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const auto& e = plan.entries[i];
     if (!e.sample) continue;
@@ -192,26 +225,28 @@ step_result executor_state::run(const step_plan& plan) {
       res.samples.push_back(std::move(t));  // token -1: the scheduler fails this sequence
       continue;
     }
-    auto& job = jobs[next_job];
-    next_job += 1 + e.proposal.size();
-    if (!job.error.empty()) {
-      t.error = job.error;
+    auto& r = rows_of[i];
+    if (!r.error.empty()) {
+      t.error = r.error;
       constrained_.erase(e.seq_id);
       res.samples.push_back(std::move(t));  // token -1: the scheduler fails this sequence, naming why
       continue;
     }
-    auto& s = job.sample;
-    if (job.m && std::find(eog_.begin(), eog_.end(), s.token) != eog_.end()) constrained_.erase(e.seq_id);
+    const bool want_logprob = e.logprob || !e.sampling.plain_greedy();
+    auto& s = r.samples[0];
     t.token = s.token;
-    if (e.logprob || !e.sampling.plain_greedy()) t.logprob = s.logprob;
+    if (want_logprob) t.logprob = s.logprob;
     t.top = std::move(s.top);
     // Speculation: each proposed token the model agrees with lets the next row's sample count.
-    for (size_t j = 0; j < e.proposal.size() && (j == 0 ? t.token : t.more.back()) == e.proposal[j]; ++j) {
-      const auto& next = jobs[next_job - e.proposal.size() + j].sample;
-      t.more.push_back(next.token);
-      if (e.logprob || !e.sampling.plain_greedy()) t.more_logprob.push_back(next.logprob);
+    for (size_t j = 0; j < e.proposal.size() && static_cast<int32_t>(j) + 1 < r.n_sampled &&
+                       r.samples[j].token == e.proposal[j];
+         ++j) {
+      t.more.push_back(r.samples[j + 1].token);
+      if (want_logprob) t.more_logprob.push_back(r.samples[j + 1].logprob);
     }
-    last_sample_[e.seq_id] = t.more.empty() ? t.token : t.more.back();
+    const int32_t last = t.more.empty() ? t.token : t.more.back();
+    if (r.m && std::find(eog_.begin(), eog_.end(), last) != eog_.end()) constrained_.erase(e.seq_id);
+    last_sample_[e.seq_id] = last;
     res.samples.push_back(std::move(t));
   }
   res.sample_us = since_us(t1);

@@ -18,7 +18,9 @@
 // hashes it. How many tokens such a step yields is known only when its answer is in, so a
 // speculating sequence is not pipelined: it is planned again after its answer (the others are).
 // Whether speculating pays at this batch is decided from the measured step times
-// (speculative/step_cost.hpp), per sequence from its rolling acceptance.
+// (speculative/step_cost.hpp), per sequence from its rolling acceptance; how many guesses it
+// makes follows its recently accepted run (spec_k). Penalties and constraints apply per
+// verified position (the executor's part).
 //
 // Fault isolation: when a step fails (the executor answers with an error, throws, or times out)
 // its sequences are not failed together, since usually one of them is the cause. They are queued
@@ -119,6 +121,7 @@ class scheduler_state {
     bool spec_inflight = false;
     bool spec_let_pipeline = false;  // its last try found nothing to propose: pipeline one step
     double spec_rate = 1.0;
+    double spec_run = -1;            // rolling accepted guesses per speculating step (< 0: none yet)
     int32_t spec_skip = 0;
     int32_t spec_backoffs = 0;       // back-offs in a row (each waits twice as long, up to 16x)
     int32_t spec_proposed = 0;
@@ -185,10 +188,17 @@ class scheduler_state {
   // batch bound, and whether k guesses at its acceptance pay at this batch: step_cost.hpp; not
   // whether it has a guess).
   bool spec_wanted(const seq& s, int32_t n_running) const;
+  // How many guesses `s` may make (before the step's room and max_tokens): k adapted to its
+  // recently accepted run.
+  int32_t spec_k(const seq& s) const;
   // Whether g guesses of `s` pay in a step of n_running sequences (speculation_pays).
   bool spec_pays(const seq& s, int32_t g, int32_t n_running) const;
   // The proposer named `method`, made on first use.
   result<proposer*> proposer_of(const std::string& method);
+  // This step's guesses for every running sequence that may speculate in it, made with one
+  // propose_batch call per proposer (a draft model then runs one forward per guessed position
+  // for all of them) and kept in batched_guesses_ for proposal_for.
+  void propose_batched(uint64_t solo, int32_t n_running);
   void apply_speculation(seq& s, const inflight_entry& e, const sampled_token& t);
   // The policy's batch size limit, within [1, configured].
   int32_t batch_limit() const {
@@ -211,6 +221,7 @@ class scheduler_state {
   std::deque<inflight_step> inflight_;
   std::unordered_map<uint64_t, int64_t> tombstones_;  // dropped before they arrived: id -> when
   std::map<std::string, std::unique_ptr<proposer>> proposers_;
+  std::unordered_map<uint64_t, std::vector<int32_t>> batched_guesses_;  // propose_batched's, this plan()
   step_cost step_cost_;  // step wall time by tokens fed, for spec_pays
   std::vector<uint64_t> suspects_;  // in the order they are run alone
   uint64_t next_step_ = 1;

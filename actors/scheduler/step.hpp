@@ -37,9 +37,10 @@ struct step_entry {
   std::vector<int32_t> generated;
   int32_t remaining = 0;             // with a constraint: tokens it may still generate, this one included
   // Speculative decoding: tokens guessed to follow, fed after the others. The executor samples
-  // the last fed token's position and every proposed one (draw n_generated + j for the j-th), and
+  // the last fed token's position and every proposed one (the j-th with draw n_generated + j, the
+  // penalty window and the constraint's matcher advanced through the j guesses before it), and
   // keeps the proposed tokens up to the first that differs from its sample, plus that sample
-  // (sampled_token::more). Only with `sample`, no penalties, no logprobs and no constraint.
+  // (sampled_token::more). Only with `sample` and no logprobs.
   std::vector<int32_t> proposal;
 
   int32_t n_fed() const {

@@ -7,7 +7,8 @@
 //
 // Chosen by name from proposer_registry() like the scheduling policies (policies/): "ngram"
 // (prompt lookup, ngram.cpp), "suffix" (suffix decoding over the request's own tokens and recent
-// outputs, suffix.cpp). "off" is no proposer. Each scheduler makes its own instances (one per
+// outputs, suffix.cpp), "draft" (a smaller model with the same vocabulary run k greedy steps
+// ahead, draft.cpp). "off" is no proposer. Each scheduler makes its own instances (one per
 // replica), so what a proposer learns across requests is that scheduler's, never process-wide.
 #include <cstdint>
 #include <functional>
@@ -24,7 +25,7 @@ namespace troupe::actors {
 struct speculative_config {
   std::string method = "off";     // "off" or a name in proposer_registry(); a request may choose another
                                   // (off by default: bench/README.md, "Speculative decoding")
-  int32_t k = 4;                  // most tokens proposed in one step
+  int32_t k = 4;                  // most tokens proposed in one step (each request adapts within it)
   int32_t ngram_min = 2;          // ngram and suffix: the shortest suffix of the sequence to look up
   int32_t ngram_max = 4;          // ngram: the longest (tried first)
   // A request whose rolling acceptance (accepted / proposed, half weight on the newest step)
@@ -36,12 +37,31 @@ struct speculative_config {
   // bound that counts is measured (step_cost.hpp: speculation only where the verified positions'
   // measured extra time is paid for by the tokens the sequence's acceptance promises).
   int32_t max_batch = 0;
+  // The measured rule above (with a draft's own forwards counted). false: speculate wherever the
+  // acceptance allows, whatever the step times say — to test a proposer's acceptance (a model as
+  // its own draft never pays), or where timings mislead. Outputs are the same either way.
+  bool cost_rule = true;
+  // draft: the draft model's GGUF (required with method = "draft"; its vocabulary must be the
+  // model's), its backend threads (0: all cores) and its own KV memory.
+  std::string draft_model;
+  int32_t draft_threads = 0;
+  int64_t draft_kv_bytes = int64_t{64} << 20;
 };
 
 inline bool operator==(const speculative_config& a, const speculative_config& b) {
   return a.method == b.method && a.k == b.k && a.ngram_min == b.ngram_min && a.ngram_max == b.ngram_max &&
-         a.min_acceptance == b.min_acceptance && a.probe_steps == b.probe_steps && a.max_batch == b.max_batch;
+         a.min_acceptance == b.min_acceptance && a.probe_steps == b.probe_steps && a.max_batch == b.max_batch &&
+         a.cost_rule == b.cost_rule && a.draft_model == b.draft_model && a.draft_threads == b.draft_threads && a.draft_kv_bytes == b.draft_kv_bytes;
 }
+
+// One sequence's part of a step's proposals (proposer::propose_batch).
+struct proposal_request {
+  uint64_t seq = 0;
+  const std::vector<int32_t>* context = nullptr;  // the prompt, then the output so far
+  int32_t n_prompt = 0;                           // how many of context are the prompt
+  int32_t max_k = 0;
+  std::vector<int32_t> tokens;                    // the answer: at most max_k guesses
+};
 
 class proposer {
  public:
@@ -50,6 +70,20 @@ class proposer {
   // Up to max_k tokens guessed to follow `context` (the request's prompt, then its output so
   // far); fewer or none where it has no good guess.
   virtual std::vector<int32_t> propose(uint64_t seq, const std::vector<int32_t>& context, int32_t max_k) = 0;
+  // A step's proposals, all at once: fills each request's tokens. The scheduler calls this once
+  // per step with every sequence that speculates in it, so that a proposer that runs a model
+  // (draft) runs one forward per guessed position for all of them. Default: propose() each.
+  virtual void propose_batch(std::vector<proposal_request>& reqs) {
+    for (auto& r : reqs) r.tokens = propose(r.seq, *r.context, r.max_k);
+  }
+  // The wall time, in microseconds, that guessing g tokens adds to a step (a draft model's
+  // forwards, which run while the step waits for them): the scheduler counts it with the
+  // verified positions' cost when it decides whether speculation pays. 0 for proposers that only
+  // look tokens up (their cost is in the scheduler's own step time).
+  virtual double guess_cost_us(int32_t g) const {
+    (void)g;
+    return 0.0;
+  }
   // The sequence ended (or was dropped) with these tokens, the first n_prompt of them its prompt.
   // Called on every proposer its scheduler has made, whichever method the sequence used: a
   // proposer that learns across requests keeps what it wants; per-sequence state is forgotten.
@@ -71,6 +105,7 @@ status check_speculative_config(const speculative_config& c);
 namespace proposers {
 void add_ngram(named_registry<proposer_factory>& r);
 void add_suffix(named_registry<proposer_factory>& r);
+void add_draft(named_registry<proposer_factory>& r);
 }  // namespace proposers
 
 }  // namespace troupe::actors

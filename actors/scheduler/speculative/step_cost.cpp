@@ -34,14 +34,14 @@ std::optional<double> step_cost::time_us(int32_t n_tokens) const {
 }
 
 bool speculation_pays(const step_cost& cost, double expected_accepted, int32_t g, int32_t batch, int32_t n_tokens,
-                      bool pipelined) {
+                      bool pipelined, double guess_us) {
   if (g <= 0 || expected_accepted <= 0) return false;
   const double gain_per_step = (1.0 + expected_accepted) / (pipelined ? 2.0 : 1.0) - 1.0;
   if (gain_per_step <= 0) return false;  // it would make fewer tokens per step than decoding plainly
   const auto t = cost.time_us(n_tokens);
   const auto t2 = cost.time_us(n_tokens + g);
   if (!t || !t2) return true;  // not measured yet: try, and learn
-  const double extra = std::max(0.0, *t2 - *t);
+  const double extra = std::max(0.0, *t2 - *t) + std::max(0.0, guess_us);
   return gain_per_step * *t > std::max(1, batch) * extra;
 }
 

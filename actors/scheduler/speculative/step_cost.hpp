@@ -39,7 +39,9 @@ class step_cost {
 
 // The rule above. expected_accepted = E; g = the proposed positions; batch = B; n_tokens = n;
 // pipelined: whether the step runs pipelined with others (c = 2).
+// guess_us: what making the g guesses adds to the step's wall time (proposer::guess_cost_us), added
+// to dT.
 bool speculation_pays(const step_cost& cost, double expected_accepted, int32_t g, int32_t batch, int32_t n_tokens,
-                      bool pipelined);
+                      bool pipelined, double guess_us = 0.0);
 
 }  // namespace troupe::actors

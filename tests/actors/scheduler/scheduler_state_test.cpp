@@ -919,3 +919,125 @@ TEST(scheduler_state, speculation_stops_where_the_measured_step_cost_is_high) {
   EXPECT_GT(proposals(/*compute-bound*/ 400, 1, 1), 0u);
   EXPECT_GT(proposals(/*memory-bound*/ 10, 16, 8), 0u);
 }
+
+namespace {
+
+// A proposer that knows copying()'s script (the token after n tokens is script[(n - 1) % 9]):
+// it guesses the true continuation, but with the guess at `wrong_at` (0-based; -1: none) off by
+// one. Registered once under test names.
+class script_oracle final : public proposer {
+ public:
+  script_oracle(std::vector<int32_t> script, int wrong_at) : script_(std::move(script)), wrong_at_(wrong_at) {}
+  std::string name() const override { return "test_oracle"; }
+  std::vector<int32_t> propose(uint64_t, const std::vector<int32_t>& context, int32_t max_k) override {
+    std::vector<int32_t> g;
+    for (int32_t j = 0; j < max_k; ++j) {
+      const size_t n = context.size() + static_cast<size_t>(j);  // tokens before the guessed one
+      g.push_back(script_[(n - 1) % script_.size()] + (j == wrong_at_ ? 1 : 0));
+    }
+    return g;
+  }
+
+ private:
+  std::vector<int32_t> script_;
+  int wrong_at_;
+};
+
+void register_oracles() {
+  static const bool once = [] {
+    for (int wrong_at : {-1, 1}) {
+      const std::string name = wrong_at < 0 ? "test_oracle" : "test_oracle_wrong_at_2";
+      const auto st = proposer_registry().add(name, [wrong_at](const speculative_config&) -> result<std::unique_ptr<proposer>> {
+        return std::unique_ptr<proposer>(new script_oracle(copying().script, wrong_at));
+      });
+      EXPECT_TRUE(st.ok()) << st.error();
+    }
+    return true;
+  }();
+  (void)once;
+}
+
+}  // namespace
+
+// k follows the accepted run (scheduler_state::spec_k): a request whose guesses keep failing at
+// the second ends up proposing 2 (its run of 1, plus one to probe) and keeps its acceptance rate
+// at 50% by it (4 guesses of which 1 kept would read 25%, under min_acceptance); one whose
+// guesses are all kept goes on proposing k.
+TEST(scheduler_state, speculation_adapts_k_to_the_accepted_run) {
+  register_oracles();
+  auto sizes = [](const harness& h) {
+    std::vector<size_t> v;
+    for (const auto& plan : h.plans)
+      for (const auto& e : plan.entries)
+        if (!e.proposal.empty()) v.push_back(e.proposal.size());
+    return v;
+  };
+  auto show = [](const std::vector<size_t>& v) {
+    std::string s;
+    for (auto x : v) s += std::to_string(x) + " ";
+    return s;
+  };
+  auto fo = copying();
+  auto p = repeated(fo.script, 20);
+  {
+    harness h(fo, spec_cfg("test_oracle_wrong_at_2", /*k*/ 6));
+    h.sched.enqueue(req(1, p, 60), h.now);
+    h.run();
+    EXPECT_EQ(h.tokens[1], fake_reference(fo, p, 60));
+    const auto v = sizes(h);
+    ASSERT_GE(v.size(), 12u) << show(v);
+    EXPECT_EQ(v.front(), 6u) << show(v);
+    // From the prior of k, the run falls towards 1 (6, 5, 3, 3, 2, ...) and k settles at 2.
+    for (size_t i = 1; i < v.size(); ++i) EXPECT_LE(v[i], v[i - 1]) << "proposal " << i << ": " << show(v);
+    for (size_t i = 4; i + 1 < v.size(); ++i) EXPECT_EQ(v[i], 2u) << "proposal " << i << ": " << show(v);
+    const auto& f = h.finished[1].usage;
+    EXPECT_EQ(f.speculative_accepted, static_cast<int32_t>(v.size())) << "one kept a step";
+    EXPECT_GT(f.speculative_accepted * 10, f.speculative_proposed * 4) << show(v);
+  }
+  {
+    harness h(fo, spec_cfg("test_oracle", /*k*/ 5));
+    h.sched.enqueue(req(1, p, 60), h.now);
+    h.run();
+    EXPECT_EQ(h.tokens[1], fake_reference(fo, p, 60));
+    const auto v = sizes(h);
+    ASSERT_GE(v.size(), 5u) << show(v);
+    for (size_t i = 0; i + 1 < v.size(); ++i) EXPECT_EQ(v[i], 5u) << "proposal " << i << ": " << show(v);
+    EXPECT_EQ(h.finished[1].usage.speculative_accepted, h.finished[1].usage.speculative_proposed);
+  }
+}
+
+// Penalties and logit_bias apply per verified position (the executor moves the window along the
+// guesses): a copy-heavy text whose repeats the penalties push the model off, greedy and seeded,
+// gives the same tokens with every proposer as without, though guesses are rejected.
+TEST(scheduler_state, speculation_with_penalties_keeps_outputs) {
+  for (const std::string method : {"ngram", "suffix"})
+    for (float temperature : {0.0f, 0.8f}) {
+      auto fo = copying();
+      auto p = repeated(fo.script, 20);
+      harness plain(fo, spec_cfg("off")), spec(fo, spec_cfg(method));
+      for (uint64_t i = 1; i <= 3; ++i) {
+        auto r = req(i, p, 40);
+        r.sampling.temperature = temperature;
+        r.sampling.seed = i;
+        // The fake model's pick has logit 10, the others 0: a token 5 times or more in the window
+        // loses to them.
+        r.sampling.frequency_penalty = 2.0f;
+        r.sampling.penalty_last_n = 36 + static_cast<int32_t>(i) * 4;
+        r.sampling.logit_bias = {{47, -100.0f}};
+        plain.sched.enqueue(r, plain.now);
+        spec.sched.enqueue(r, spec.now);
+      }
+      plain.run();
+      spec.run();
+      const std::string what = method + " temperature " + std::to_string(temperature);
+      int64_t proposed = 0, accepted = 0;
+      for (uint64_t i = 1; i <= 3; ++i) {
+        EXPECT_EQ(spec.tokens[i], plain.tokens[i]) << what << " request " << i;
+        EXPECT_EQ(std::count(plain.tokens[i].begin(), plain.tokens[i].end(), 47), 0) << what;
+        proposed += spec.finished[i].usage.speculative_proposed;
+        accepted += spec.finished[i].usage.speculative_accepted;
+      }
+      EXPECT_GT(accepted, 0) << what;
+      EXPECT_EQ(spec.sched.kv().pool().available(), fo.n_blocks) << what;
+    }
+}

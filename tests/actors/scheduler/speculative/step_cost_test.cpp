@@ -45,4 +45,10 @@ TEST(step_cost, speculation_pays_where_extra_positions_are_cheap_against_what_th
   // Not measured at that size yet: it tries, so that the table learns.
   EXPECT_TRUE(speculation_pays(steep, 2.0, 4, 64, 64, true));
   EXPECT_TRUE(speculation_pays(step_cost{}, 0.5, 4, 1, 1, false));
+  // A draft model's forwards count with the verified positions: on the memory-bound step 2 of 4
+  // guesses pay for themselves (20 ms saved for 0.2 ms), not when making them costs 4 x 6 ms.
+  EXPECT_TRUE(speculation_pays(flat, 2.0, 4, 1, 1, false, 4 * 1000.0));
+  EXPECT_FALSE(speculation_pays(flat, 2.0, 4, 1, 1, false, 4 * 6000.0));
+  // At batch 16 a draft as costly as the model (a self-draft) never pays.
+  EXPECT_FALSE(speculation_pays(flat, 4.0, 4, 16, 16, true, 4 * 10800.0));
 }
