@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "model/detail/tokenizer_utf8.hpp"
@@ -70,6 +71,7 @@ class parser {
   std::vector<bool> defined_;
   std::map<uint32_t, std::string> first_ref_;  // rule -> "line L column C" of its first use
   std::map<uint32_t, int> gen_count_;
+  std::vector<uint32_t> repeats_;  // the `R ::= item R |` rules of X* X+ X{m,}
 
   std::string where(size_t p) const {
     size_t line = 1, col = 1;
@@ -309,6 +311,7 @@ class parser {
       gbnf_sequence a = item;
       a.push_back({gbnf_symbol::type::rule, {}, r});
       g_.rules[r].alts = {a, {}};
+      repeats_.push_back(r);
       seq.push_back({gbnf_symbol::type::rule, {}, r});
       return;
     }
@@ -378,7 +381,7 @@ class parser {
   }
 
   result<gbnf_grammar> finish(std::string_view root_rule) {
-    const size_t n = g_.rules.size();
+    size_t n = g_.rules.size();
     for (uint32_t i = 0; i < n; ++i) {
       if (!defined_[i]) {
         auto it = first_ref_.find(i);
@@ -448,6 +451,31 @@ class parser {
       return make_error("grammar: rule '" + user_name(static_cast<uint32_t>(stuck)) +
                         "' can never finish (every alternative needs it again)");
 
+    // X* over an X that may match nothing would make `R ::= X R |` left-recursive (R -> X -> ε
+    // -> R), though the grammar means something plain: llama.cpp accepts `("a"?)*`, and regexes
+    // like `(a|)+` are written so. (X)* equals (X without the empty string)*, so the repeated
+    // alternative is rewritten to need a non-empty X; a user's own left recursion stays refused
+    // below, as the rewrite only adds rules whose leading symbols mirror those of X.
+    // Which rules match some non-empty string (every rule being productive): some alternative
+    // holds a character or such a rule.
+    non_empty_able_.assign(n, false);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < n; ++r) {
+        if (non_empty_able_[r]) continue;
+        for (const auto& alt : g_.rules[r].alts)
+          if (std::any_of(alt.begin(), alt.end(), [&](const gbnf_symbol& s) {
+                return s.t == gbnf_symbol::type::chars || non_empty_able_[s.rule];
+              })) {
+            non_empty_able_[r] = changed = true;
+            break;
+          }
+      }
+    }
+    for (uint32_t r : repeats_) rewrite_repeat(r, nullable);
+    n = g_.rules.size();
+    nullable.resize(n, false);  // every rule the rewrite added needs at least one character
+
     // Left recursion: a rule reachable from itself through the leading symbols of alternatives
     // (a nullable leading rule lets the next symbol lead too). The matcher expands leading rules
     // eagerly, so such a grammar would never stop expanding.
@@ -489,6 +517,76 @@ class parser {
                           " (a rule may not start with itself; rewrite it with repetition, e.g. a ::= b (\",\" b)*)");
     return std::move(g_);
   }
+
+  // Rewrites repetition rule `R ::= X R |` to `R ::= X' R |`, X' being X without the empty
+  // string, when X may match nothing (see finish()). Done before a rule made by non_empty_rule
+  // copies R's alternatives, so that the copy is not left-recursive either.
+  void rewrite_repeat(uint32_t r, const std::vector<bool>& nullable) {
+    if (!repeat_started_.insert(r).second) return;  // done, or under way (a cycle of rules that match "")
+    gbnf_sequence item = g_.rules[r].alts[0];
+    item.pop_back();  // the trailing R
+    if (!std::all_of(item.begin(), item.end(), [&](const gbnf_symbol& s) {
+          return s.t == gbnf_symbol::type::rule && s.rule < nullable.size() && nullable[s.rule];
+        }))
+      return;
+    const auto alts = non_empty(item, 0, nullable);
+    if (alts.empty()) {  // X only ever matches "": X* is ""
+      g_.rules[r].alts = {{}};
+      return;
+    }
+    gbnf_sequence a;
+    if (alts.size() == 1) {
+      a = alts[0];
+    } else {
+      const uint32_t x = new_rule(r);
+      g_.rules[x].alts = alts;
+      a.push_back({gbnf_symbol::type::rule, {}, x});
+    }
+    a.push_back({gbnf_symbol::type::rule, {}, r});
+    g_.rules[r].alts = {a, {}};
+  }
+  std::set<uint32_t> repeat_started_;
+
+  // The alternatives matching what seq[i..] matches except the empty string: the first symbol
+  // non-empty and the rest as they are, or (when it may be empty) that symbol left out and the
+  // rest non-empty. Called once every rule is known to be productive.
+  std::vector<gbnf_sequence> non_empty(const gbnf_sequence& seq, size_t i, const std::vector<bool>& nullable) {
+    std::vector<gbnf_sequence> out;
+    if (i == seq.size()) return out;
+    const auto& s = seq[i];
+    // Rules made by the rewrite (past the end of `nullable`) all need a character.
+    if (s.t == gbnf_symbol::type::chars || s.rule >= nullable.size() || !nullable[s.rule]) {
+      out.emplace_back(seq.begin() + static_cast<std::ptrdiff_t>(i), seq.end());
+      return out;
+    }
+    if (const int32_t ne = non_empty_rule(s.rule, nullable); ne >= 0) {
+      gbnf_sequence a{{gbnf_symbol::type::rule, {}, static_cast<uint32_t>(ne)}};
+      a.insert(a.end(), seq.begin() + static_cast<std::ptrdiff_t>(i) + 1, seq.end());
+      out.push_back(std::move(a));
+    }
+    auto rest = non_empty(seq, i + 1, nullable);
+    out.insert(out.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+    return out;
+  }
+  // A rule matching what nullable rule r matches but the empty string; -1 when r matches only
+  // "". Memoized, the rule made before its alternatives, so that recursive rules end.
+  int32_t non_empty_rule(uint32_t r, const std::vector<bool>& nullable) {
+    if (auto it = non_empty_of_.find(r); it != non_empty_of_.end()) return it->second;
+    if (!non_empty_able_[r]) return non_empty_of_[r] = -1;
+    if (std::find(repeats_.begin(), repeats_.end(), r) != repeats_.end()) rewrite_repeat(r, nullable);
+    const uint32_t x = new_rule(r);
+    non_empty_of_[r] = static_cast<int32_t>(x);
+    std::vector<gbnf_sequence> alts;
+    for (size_t k = 0; k < g_.rules[r].alts.size(); ++k) {
+      const gbnf_sequence alt = g_.rules[r].alts[k];  // a copy: new_rule may grow g_.rules
+      auto ne = non_empty(alt, 0, nullable);
+      alts.insert(alts.end(), std::make_move_iterator(ne.begin()), std::make_move_iterator(ne.end()));
+    }
+    g_.rules[x].alts = std::move(alts);
+    return static_cast<int32_t>(x);
+  }
+  std::map<uint32_t, int32_t> non_empty_of_;
+  std::vector<bool> non_empty_able_;  // rule matches some non-empty string (rules before the rewrite)
 
   std::string user_name(uint32_t r) const {
     const std::string& n = g_.rules[r].name;

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "structured/constraint.hpp"
+
 using namespace troupe::structured;
 
 namespace {
@@ -14,6 +16,21 @@ std::string error_of(const std::string& text) {
 }
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Whole `text` accepted by the grammar, fed one byte token at a time (a vocabulary of the 256
+// bytes, as in byte-level BPE).
+bool grammar_matches(const std::string& gbnf, const std::string& text) {
+  std::vector<std::string> t;
+  for (int b = 0; b < 256; ++b) t.emplace_back(1, static_cast<char>(b));
+  static const auto vocab = std::make_shared<const token_vocabulary>(t);
+  auto c = compile({kind::grammar, gbnf}, vocab);
+  EXPECT_TRUE(c.ok()) << c.error() << " for " << gbnf;
+  if (!c.ok()) return false;
+  matcher m(c.value());
+  for (char ch : text)
+    if (!m.accept(static_cast<uint8_t>(ch))) return false;
+  return m.can_end();
+}
 
 }  // namespace
 
@@ -121,6 +138,31 @@ TEST(Gbnf, LeftRecursionIsRefusedByName) {
   EXPECT_TRUE(contains(e, "left recursion")) << e;
   // Recursion after a first character is fine.
   EXPECT_TRUE(parse_gbnf("root ::= \"(\" root \")\" | \"x\"\n").ok());
+}
+
+TEST(Gbnf, RepetitionOfWhatMayMatchNothingIsNoLeftRecursion) {
+  // `R ::= X R |` over a nullable X once read as R -> X -> "" -> R; llama.cpp accepts these.
+  const std::vector<std::pair<std::string, std::vector<std::pair<std::string, bool>>>> cases = {
+      {R"(root ::= ("a"?)*)", {{"", true}, {"a", true}, {"aaa", true}, {"b", false}}},
+      {R"(root ::= ("a" | )+)", {{"", true}, {"aa", true}, {"ab", false}}},
+      {R"(root ::= "x" ("a"*)+ "y")", {{"xy", true}, {"xaay", true}, {"x", false}, {"xay y", false}}},
+      {R"(root ::= ("a"? "b"?){2,} "c")", {{"c", true}, {"abbac", true}, {"bbbc", true}, {"ca", false}}},
+      {R"(root ::= (("a"?)* "b"?)* "!")", {{"!", true}, {"aab!", true}, {"babb!", true}, {"c!", false}}},
+      {"root ::= item* \".\"\nitem ::= \"k\" | opt\nopt ::= \"v\"?\n", {{".", true}, {"kvvk.", true}, {"kx.", false}}},
+      {R"(root ::= ()* "z")", {{"z", true}, {"", false}}},
+      // X* in a rule that X reaches again, as a nested list: the copy made of R stays fine.
+      {"root ::= \"[\" (root? \",\"?)* \"]\"\n", {{"[]", true}, {"[[],[[]]]", true}, {"[,,]", true}, {"[", false}}},
+  };
+  for (const auto& [gbnf, samples] : cases) {
+    auto g = parse_gbnf(gbnf);
+    ASSERT_TRUE(g.ok()) << gbnf << ": " << g.error();
+    for (const auto& [text, ok] : samples) EXPECT_EQ(grammar_matches(gbnf, text), ok) << gbnf << " on '" << text << "'";
+  }
+  // A user's own left recursion through a repetition is still refused by name.
+  auto e = error_of("root ::= (root? \"a\"?)* \"b\" | \"c\"\n");
+  EXPECT_TRUE(contains(e, "left recursion: 'root'")) << e;
+  e = error_of("a ::= b*\nb ::= a* \"x\"?\nroot ::= a\n");
+  EXPECT_TRUE(contains(e, "left recursion")) << e;
 }
 
 TEST(Gbnf, RuleThatCanNeverFinishIsRefused) {

@@ -50,6 +50,11 @@ TEST(Regex, AgreesWithStdRegexOnSamples) {
       {R"([\d\s]+)", {"1 2\t3", "12a", " "}},
       {R"(colou?r|gr[ae]y)", {"color", "colour", "grey", "gray", "grwy"}},
       {R"(\.\*\+\?)", {".*+?", "a*+?"}},
+      // A repeated group that may match nothing (was refused as left recursion).
+      {R"((a?)*)", {"", "a", "aaa", "b", "ab"}},
+      {R"((a|)+)", {"", "a", "aa", "ba"}},
+      {R"(x(a*)+y)", {"xy", "xay", "xaaay", "x", "xa", "xby"}},
+      {R"(((a?)*b?){2,}c)", {"c", "abc", "babac", "ca"}},
   };
   for (const auto& [pattern, samples] : cases) {
     auto g = regex_to_gbnf(pattern);
