@@ -20,33 +20,6 @@ bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
 
-// Decodes one UTF-8 code point at s[i]; advances i. Invalid bytes decode as themselves (the
-// grammar text is normally valid UTF-8; a stray byte stays matchable as that byte value).
-uint32_t decode_utf8(std::string_view s, size_t& i) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  int n = b0 < 0x80 ? 0 : (b0 >> 5) == 6 ? 1 : (b0 >> 4) == 14 ? 2 : (b0 >> 3) == 30 ? 3 : -1;
-  if (n <= 0 || i + static_cast<size_t>(n) >= s.size()) {
-    ++i;
-    return b0;
-  }
-  uint32_t cp = b0 & (0x3F >> n);
-  for (int k = 1; k <= n; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
-    if ((b & 0xC0) != 0x80) {
-      ++i;
-      return b0;
-    }
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  // A 4-byte form past U+10FFFF (F4 90.. to F7 BF BF BF) is no code point either: decoded, it
-  // made a character range beyond max_code_point (found by fuzz/structured_grammar_fuzz.cpp).
-  if (cp > max_code_point) {
-    ++i;
-    return b0;
-  }
-  i += static_cast<size_t>(n) + 1;
-  return cp;
-}
 
 class parser {
  public:
@@ -359,7 +332,7 @@ class parser {
   // One character of a literal or class, escapes decoded.
   status parse_char(uint32_t& cp) {
     if (s_[pos_] != '\\') {
-      cp = decode_utf8(s_, pos_);
+      cp = decode_utf8_or_byte(s_, pos_);
       return {};
     }
     ++pos_;
@@ -619,6 +592,34 @@ void append_class_char(std::string& out, uint32_t cp) {
 }
 
 }  // namespace
+
+// Decodes one UTF-8 code point at s[i]; advances i. Invalid bytes decode as themselves (the
+// grammar text is normally valid UTF-8; a stray byte stays matchable as that byte value).
+uint32_t decode_utf8_or_byte(std::string_view s, size_t& i) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  int n = b0 < 0x80 ? 0 : (b0 >> 5) == 6 ? 1 : (b0 >> 4) == 14 ? 2 : (b0 >> 3) == 30 ? 3 : -1;
+  if (n <= 0 || i + static_cast<size_t>(n) >= s.size()) {
+    ++i;
+    return b0;
+  }
+  uint32_t cp = b0 & (0x3F >> n);
+  for (int k = 1; k <= n; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+    if ((b & 0xC0) != 0x80) {
+      ++i;
+      return b0;
+    }
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  // A 4-byte form past U+10FFFF (F4 90.. to F7 BF BF BF) is no code point either: decoded, it
+  // made a character range beyond max_code_point (found by fuzz/structured_grammar_fuzz.cpp).
+  if (cp > max_code_point) {
+    ++i;
+    return b0;
+  }
+  i += static_cast<size_t>(n) + 1;
+  return cp;
+}
 
 int32_t gbnf_grammar::find(std::string_view name) const {
   for (size_t i = 0; i < rules.size(); ++i)

@@ -26,6 +26,11 @@ struct code_range {
 };
 inline constexpr uint32_t max_code_point = 0x10FFFF;
 
+// Decodes one UTF-8 code point at s[i] and advances i past it; an ill-formed sequence (a stray
+// or truncated byte, an overlong run past U+10FFFF) decodes as its first byte's value, so grammar
+// and pattern text with invalid bytes stays matchable byte for byte. s[i] must exist.
+uint32_t decode_utf8_or_byte(std::string_view s, size_t& i);
+
 struct gbnf_symbol {
   enum class type : uint8_t { chars, rule };
   type t = type::chars;

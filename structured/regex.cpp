@@ -176,32 +176,7 @@ class regex_translator {
     return {};
   }
 
-  uint32_t decode() {
-    const auto b0 = static_cast<unsigned char>(p_[pos_]);
-    const int n = b0 < 0x80 ? 0 : (b0 >> 5) == 6 ? 1 : (b0 >> 4) == 14 ? 2 : (b0 >> 3) == 30 ? 3 : 0;
-    if (n == 0 || pos_ + static_cast<size_t>(n) >= p_.size()) {
-      ++pos_;
-      return b0;
-    }
-    uint32_t cp = b0 & (0x3F >> n);
-    for (int k = 1; k <= n; ++k) {
-      const auto b = static_cast<unsigned char>(p_[pos_ + static_cast<size_t>(k)]);
-      // Not a continuation byte, or past U+10FFFF: ill-formed, so the lead byte stands for
-      // itself like any other invalid byte (decoded blindly, F7 FF FA 05 became 0x1FFE85, a
-      // class range beyond Unicode; found by fuzz/structured_grammar_fuzz.cpp).
-      if ((b & 0xC0) != 0x80) {
-        ++pos_;
-        return b0;
-      }
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    if (cp > max_code_point) {
-      ++pos_;
-      return b0;
-    }
-    pos_ += static_cast<size_t>(n) + 1;
-    return cp;
-  }
+  uint32_t decode() { return decode_utf8_or_byte(p_, pos_); }
 
   status parse_hex(size_t n, uint32_t& cp) {
     cp = 0;
