@@ -508,6 +508,7 @@ std::vector<key_spec> make_schema() {
   v.push_back(integer_key("server.max_body_bytes", restart, 1, gib, TROUPE_FIELD(server.max_body_bytes)));
   v.push_back(integer_key("server.max_ws_message_bytes", restart, 1, gib, TROUPE_FIELD(server.max_ws_message_bytes)));
   v.push_back(integer_key("server.max_ws_queue_bytes", restart, 1, 16 * gib, TROUPE_FIELD(server.max_ws_queue_bytes)));
+  v.push_back(integer_key("server.max_unread_kib", restart, 0, 16 * mib, TROUPE_FIELD(server.max_unread_kib)));
   v.push_back(seconds_key("server.ws_idle_timeout_s", restart, 2, 86400, TROUPE_FIELD(server.ws_idle_timeout)));
   v.push_back(integer_key("server.max_connections", restart, 1, 1 << 24, TROUPE_FIELD(server.max_connections)));
   v.push_back(integer_key("server.max_connections_per_client", restart, 1, 1 << 24,

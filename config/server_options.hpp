@@ -20,6 +20,11 @@ struct server_options {
   size_t max_body_bytes = 1 << 20;              // larger HTTP bodies: 413
   size_t max_ws_message_bytes = 1 << 20;        // larger WebSocket messages: close 1009
   size_t max_ws_queue_bytes = 8 << 20;          // unsent bytes per socket before its streams end (slow_consumer)
+  // A stream's token frames count as consumed (acknowledged to the streamer) only while the
+  // client's unread bytes (the socket's send queue plus the session's queue) stay under this; over
+  // it the streamer pauses the sequence after streamer.buffer_tokens. 0: no bound (only a socket
+  // that blocks holds acknowledgements). WebSocket and SSE streams.
+  size_t max_unread_kib = 256;
   // A WebSocket on which the client sent no frame (other than pongs) for this long, with no stream
   // of it running, is closed (1001). Keep-alive pings go out every min(it, 60 s) / 2, and a peer that
   // answers none within min(it, 60 s) is gone.

@@ -21,12 +21,14 @@
 #include <cstdio>
 #include <ctime>
 #include <deque>
+#include <functional>
 #include <optional>
 
 #include "net/auth.hpp"
 #include "net/chat_page.hpp"
 #include "net/detail/conn_stream.hpp"
 #include "net/detail/server_context.hpp"
+#include "net/detail/unread_gate.hpp"
 #include "net/openai_codec.hpp"
 #include "net/tokenize_codec.hpp"
 #include "structured/tool_calls.hpp"
@@ -69,7 +71,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
  public:
   http_session(server_context& ctx, tcp::socket&& s, asio::ssl::context* tls, std::shared_ptr<void> slot,
                std::string refusal) :
-      ctx_(ctx), stream_(std::move(s), tls), slot_(std::move(slot)), refusal_(std::move(refusal)) {
+      ctx_(ctx), stream_(std::move(s), tls), slot_(std::move(slot)), refusal_(std::move(refusal)),
+      gate_(stream_.get_executor(), stream_.socket().native_handle(), ctx.opts.max_unread_kib * 1024,
+            [this] { return queued_bytes_; }) {
     ctx_.met.connection_opened(false);
     if (!slot_) ctx_.refusing.fetch_add(1);
   }
@@ -500,6 +504,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
     choices_.clear();
     echo_.clear();
     queue_.clear();
+    queued_bytes_ = 0;
+    gate_.stop();
     finishing_ = false;
   }
 
@@ -507,6 +513,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     flight_.reset();
     if (closed_) return;
     closed_ = true;
+    gate_.stop();
     if (request_ && !ended_) {
       // The client went away before its answer: counted as nginx does, 499 (a stream whose
       // head went out was counted 200 then).
@@ -612,12 +619,35 @@ class http_session : public std::enable_shared_from_this<http_session> {
     spec.sampling.seed = spec_.sampling.seed + i;
     std::weak_ptr<http_session> w = weak_from_this();
     const uint64_t gen = generation_;
-    request_.handles.push_back(ctx_.inf.submit(std::move(spec), [w, gen, i](const actors::event& e) {
-      if (auto s = w.lock()) {
-        auto ex = s->stream_.get_executor();
-        asio::post(ex, [s = std::move(s), gen, i, e] { s->on_event(gen, i, e); });
-      }
-    }));
+    // Streaming: manual acks, a token counting as consumed once its chunks are written and the
+    // client's unread bytes are under server.max_unread_kib (ack_when_written), so a client that
+    // stops reading pauses its sequence at the streamer. Whole answers need no flow control.
+    request_.handles.push_back(ctx_.inf.submit(
+        std::move(spec),
+        [w, gen, i](const actors::event& e) {
+          if (auto s = w.lock()) {
+            auto ex = s->stream_.get_executor();
+            asio::post(ex, [s = std::move(s), gen, i, e] { s->on_event(gen, i, e); });
+          }
+        },
+        streaming_ ? actors::ack_mode::manual : actors::ack_mode::on_handoff));
+  }
+
+  // Choice i's token event just handled is acknowledged once what it queued (if anything) is
+  // written, through the gate (net/detail/unread_gate.hpp).
+  void ack_when_written(size_t i) {
+    if (i >= request_.handles.size()) return;
+    std::function<void()> ack = [h = request_.handles[i]] { h.ack(1); };
+    if (queue_.empty()) return gate_.release(std::move(ack), shared_from_this());
+    auto& last = queue_.back().written;
+    if (!last) {
+      last = std::move(ack);
+      return;
+    }
+    last = [before = std::move(last), ack = std::move(ack)] {
+      before();
+      ack();
+    };
   }
 
   // A token's logprob as the response shows it: its bytes and the alternatives'.
@@ -645,35 +675,46 @@ class http_session : public std::enable_shared_from_this<http_session> {
       for (size_t k = 1; k < choices_.size(); ++k) submit_choice(k);
     }
     if (auto* t = std::get_if<actors::token_event>(&e)) {
-      std::vector<token_logprob_entry> lp;
-      if (logprobs_) lp.push_back(logprob_entry(*t));
-      if (c.tool_parser) {
-        auto ds = c.tool_parser->push(t->text);
-        if (!streaming_) {
-          for (const auto& d : ds) c.text += d.content;
-          if (logprobs_) c.logprobs.push_back(std::move(lp.front()));
-          return;
-        }
-        return stream_tool_deltas(i, ds, logprobs_ ? &lp : nullptr);
-      }
+      on_token(c, i, *t);
+      if (streaming_) ack_when_written(i);
+      return;
+    }
+    on_final(c, i, e);
+  }
+
+  // A token event of choice i: buffered (whole answers) or streamed as chunks.
+  void on_token(choice_state& c, size_t i, const actors::token_event& t) {
+    std::vector<token_logprob_entry> lp;
+    if (logprobs_) lp.push_back(logprob_entry(t));
+    if (c.tool_parser) {
+      auto ds = c.tool_parser->push(t.text);
       if (!streaming_) {
-        c.text += t->text;
+        for (const auto& d : ds) c.text += d.content;
         if (logprobs_) c.logprobs.push_back(std::move(lp.front()));
         return;
       }
-      if (t->text.empty() && !logprobs_) return;
-      ensure_sse_head();
-      chunk_spec cs;
-      cs.index = static_cast<int32_t>(i);
-      cs.text = t->text;
-      if (logprobs_) {
-        cs.logprobs = &lp;
-        cs.text_offset = head_.text_offset_base + c.piece_bytes;
-        c.piece_bytes += static_cast<int64_t>(lp.front().piece.size());
-      }
-      queue_chunk(chunk(cs));
+      return stream_tool_deltas(i, ds, logprobs_ ? &lp : nullptr);
+    }
+    if (!streaming_) {
+      c.text += t.text;
+      if (logprobs_) c.logprobs.push_back(std::move(lp.front()));
       return;
     }
+    if (t.text.empty() && !logprobs_) return;
+    ensure_sse_head();
+    chunk_spec cs;
+    cs.index = static_cast<int32_t>(i);
+    cs.text = t.text;
+    if (logprobs_) {
+      cs.logprobs = &lp;
+      cs.text_offset = head_.text_offset_base + c.piece_bytes;
+      c.piece_bytes += static_cast<int64_t>(lp.front().piece.size());
+    }
+    queue_chunk(chunk(cs));
+  }
+
+  // Choice i's done or error event.
+  void on_final(choice_state& c, size_t i, const actors::event& e) {
     if (auto* d = std::get_if<actors::done_event>(&e)) {
       c.ended = true;
       c.finish_reason = d->finish_reason;
@@ -827,7 +868,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
   }
 
   void queue_raw(std::string data) {
-    queue_.push_back(std::move(data));
+    queued_bytes_ += data.size();
+    queue_.push_back({std::move(data), {}});
     if (!writing_) write_next();
   }
 
@@ -838,10 +880,13 @@ class http_session : public std::enable_shared_from_this<http_session> {
       return;
     }
     writing_ = true;
-    asio::async_write(stream_, asio::buffer(queue_.front()),
+    asio::async_write(stream_, asio::buffer(queue_.front().data),
                       [self = shared_from_this()](beast::error_code ec, size_t) {
                         if (ec) return self->close();
+                        self->queued_bytes_ -= self->queue_.front().data.size();
+                        auto written = std::move(self->queue_.front().written);
                         self->queue_.pop_front();
+                        self->gate_.release(std::move(written), self);
                         self->write_next();
                       });
   }
@@ -939,11 +984,17 @@ class http_session : public std::enable_shared_from_this<http_session> {
   std::string chunk_buf_;
   // SSE output.
   bool head_sent_ = false;
-  std::deque<std::string> queue_;
+  struct out_chunk {
+    std::string data;
+    std::function<void()> written;  // the acknowledgement of the token events that queued it
+  };
+  std::deque<out_chunk> queue_;
+  size_t queued_bytes_ = 0;           // in queue_ (the gate counts them as unread)
   bool writing_ = false;
   bool finishing_ = false;
   bool watching_ = false;
   bool resume_after_watch_ = false;
+  unread_gate gate_;  // holds token acknowledgements while the client's unread bytes are over the bound
 };
 
 }  // namespace

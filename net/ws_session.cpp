@@ -17,6 +17,7 @@
 #include "net/auth.hpp"
 #include "net/detail/conn_stream.hpp"
 #include "net/detail/server_context.hpp"
+#include "net/detail/unread_gate.hpp"
 #include "net/ws_protocol.hpp"
 #include "structured/tool_calls.hpp"
 
@@ -44,7 +45,9 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   ws_session(server_context& ctx, conn_stream&& s, std::string owner, std::string tenant, bool authed,
              std::shared_ptr<void> slot, std::string refusal) :
       ctx_(ctx), ws_(std::move(s)), owner_(std::move(owner)), tenant_(std::move(tenant)), authed_(authed),
-      slot_(std::move(slot)), refusal_(std::move(refusal)), idle_timer_(ws_.get_executor()) {
+      slot_(std::move(slot)), refusal_(std::move(refusal)), idle_timer_(ws_.get_executor()),
+      gate_(ws_.get_executor(), ws_.next_layer().socket().native_handle(), ctx.opts.max_unread_kib * 1024,
+            [this] { return queued_bytes_; }) {
     ctx_.met.connection_opened(true);
     if (!refusal_.empty()) ctx_.refusing.fetch_add(1);
   }
@@ -268,8 +271,9 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
         rec->finish(error_frame(id, er.code, er.message), now, window, std::move(*hold));
       }
     };
-    // Manual acks: a token counts as consumed once its frame is written (stream_record), so a
-    // reader that falls behind pauses its streams at the streamer.
+    // Manual acks: a token counts as consumed once its frame is written (stream_record) and the
+    // socket's unread backlog is under server.max_unread_kib (write_next), so a reader that falls
+    // behind pauses its streams at the streamer.
     const auto request = ctx_.inf.submit(std::move(f.spec), std::move(on_event), actors::ack_mode::manual);
     // Every cancel of this stream (a cancel frame, a closed socket, a slow reader, an expired
     // window) goes through the record to the request's handle.
@@ -333,8 +337,11 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     ws_.async_write(asio::buffer(queue_.front().data), [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) return self->on_closed();
       self->queued_bytes_ -= self->queue_.front().data.size();
-      if (self->queue_.front().written) self->queue_.front().written();
+      // A token frame is acknowledged once written and the client's unread bytes are under
+      // server.max_unread_kib (net/detail/unread_gate.hpp).
+      auto written = std::move(self->queue_.front().written);
       self->queue_.pop_front();
+      self->gate_.release(std::move(written), self);
       self->write_next();
     });
   }
@@ -343,6 +350,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     if (closed_) return;
     closed_ = true;
     idle_timer_.cancel();
+    gate_.stop();
     queue_.clear();
     queued_bytes_ = 0;
     // Streams with a resume key keep running: the client may come back and resume them within
@@ -379,6 +387,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   bool writing_ = false;
   bool closed_ = false;
   bool slow_ = false;
+  unread_gate gate_;  // holds token acknowledgements while the client's unread bytes are over the bound
 };
 
 }  // namespace
