@@ -737,6 +737,10 @@ TEST(pipeline, scheduler_swaps_under_load_keep_every_stream_exact) {
 TEST(pipeline, manual_acks_pause_a_push_stream_until_acknowledged) {
   runtime rt;
   fake_options fo;
+  // Steps of a real model's order (2 ms): pausing is a message from the streamer, and a backend
+  // that makes all 40 tokens before it arrives (the fake one takes microseconds) finishes the
+  // sequence, which then has nothing to pause.
+  fo.step_us = 2000;
   auto cfg = small_config();
   cfg.streamer.buffer_tokens = 4;
   cfg.streamer.slow_consumer_timeout_ms = 5000;
