@@ -85,6 +85,7 @@ struct scheduler_stats {
   std::vector<int64_t> batch_hist;   // steps by number of sequences in the step
   int64_t spec_proposed = 0;         // speculative tokens proposed for verification
   int64_t spec_accepted = 0;         // of those, accepted
+  int64_t spec_rule_probes = 0;      // speculations let through against the cost rule to re-measure it
 };
 
 template <class Inspector>
@@ -93,7 +94,8 @@ typename Inspector::result_type inspect(Inspector& f, scheduler_stats& x) {
            x.kv_blocks_total, x.kv_blocks_used, x.kv_blocks_cached, x.kv_blocks_available, x.kv_blocks_peak,
            x.max_num_seqs, x.kv_util_sum, x.steps, x.tokens_fed, x.tokens_sampled, x.prompt_tokens,
            x.prefix_hit_tokens, x.preemptions, x.pad_tokens, x.finished, x.failed, x.dropped, x.forward_us,
-           x.sample_us, x.batch_hist, x.spec_proposed, x.spec_accepted);
+           x.sample_us, x.batch_hist, x.spec_proposed, x.spec_accepted,
+           x.spec_rule_probes);
 }
 
 class scheduler_state;

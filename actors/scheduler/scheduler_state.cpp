@@ -1,7 +1,6 @@
 #include "actors/scheduler/scheduler_state.hpp"
 
 #include <algorithm>
-#include <cmath>
 
 namespace troupe::actors {
 
@@ -227,6 +226,7 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
   bv.n_waiting = static_cast<int32_t>(waiting_.size());
   for (auto id : waiting_) bv.waited_us = std::max(bv.waited_us, now_us - seqs_.at(id).req.arrival_us);
   const auto order = running_;
+  step_guesses_ = next_step_guesses_ = 0;
   propose_batched(solo, bv.n_running);
   for (auto id : order) {
     if (d.budget <= 0) break;
@@ -252,8 +252,14 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
     }
     if (s.spec_inflight) continue;  // not pipelined: its length is known when the answer is in
     // A sequence that may speculate waits for its sample in flight (a guess needs the last token),
-    // except for one step after a try found nothing to guess, and while it backs off.
-    if (s.pending_samples > 0 && s.spec_skip == 0 && !s.spec_let_pipeline && spec_wanted(s, bv.n_running)) continue;
+    // except for one step after a try found nothing to guess, while it backs off, and, with others
+    // in the batch, while its proposer expects no guess (proposer::expects_guess): there a wait
+    // costs it a step the others take. Alone, a wait costs only the scheduler's round trip.
+    if (s.pending_samples > 0 && s.spec_skip == 0 && !s.spec_let_pipeline &&
+        spec_wanted(s, bv.n_running, next_step_guesses_) && (bv.n_running <= 1 || spec_expects_guess(s))) {
+      next_step_guesses_ += spec_k(s);  // what it means to guess in the next step
+      continue;
+    }
     const int32_t avail = virtual_len(s) - s.n_scheduled;
     if (s.paused || done_sampling(s) || avail <= 0) continue;
     const int32_t n = std::min(avail, d.budget);
@@ -394,147 +400,6 @@ bool scheduler_state::take_token(seq& s, int32_t token, float logprob, std::vect
     return false;
   }
   return true;
-}
-
-result<proposer*> scheduler_state::proposer_of(const std::string& method) {
-  auto it = proposers_.find(method);
-  if (it == proposers_.end()) {
-    auto made = proposer_registry().make(method, cfg_.speculative);
-    if (!made) return make_error(made.error());
-    it = proposers_.emplace(method, std::move(made.value())).first;
-  }
-  return it->second.get();
-}
-
-bool scheduler_state::spec_wanted(const seq& s, int32_t n_running) const {
-  const auto& c = cfg_.speculative;
-  if (s.spec_method.empty() || policy_->pads_finished()) return false;  // a dense batch steps in lockstep
-  if (c.max_batch > 0 && n_running > c.max_batch) return false;
-  // Checked before its guess exists (a sequence that may speculate waits for its last sample):
-  // with its k guesses; proposal_for checks again with the guess it got.
-  if (s.spec_skip == 0 && !spec_pays(s, spec_k(s), n_running)) return false;
-  // Penalties, logit_bias and a constraint apply per verified position (the executor moves the
-  // window and the matcher along the guesses); logprobs are left out (the step answers one
-  // token's alternatives, not each verified position's).
-  return !s.req.logprobs && s.req.sampling.n_logprobs == 0;
-}
-
-int32_t scheduler_state::spec_k(const seq& s) const {
-  // k follows the accepted run: as many guesses as it has been accepting lately, plus one. The
-  // run is counted in the steps it was allowed, so a request that keeps all of them must be able
-  // to show it would keep more: the +1 probes one further each step (k_eff, then k_eff + 1, ...
-  // up to k while everything is kept), and a request whose guesses keep failing at the second
-  // settles at 2 (a run of 1, plus the probe). Fewer guesses that fail cost verified positions
-  // for nothing, and they dilute the acceptance rate that decides whether to speculate at all
-  // (4 guesses of which 1 is kept read 25%, under min_acceptance; 2 of which 1 read 50%).
-  const int32_t k = cfg_.speculative.k;
-  if (s.spec_run < 0) return k;  // no step yet: the full k
-  return std::clamp(static_cast<int32_t>(std::lround(s.spec_run)) + 1, 1, std::max(1, k));
-}
-
-bool scheduler_state::spec_pays(const seq& s, int32_t g, int32_t n_running) const {
-  if (!cfg_.speculative.cost_rule) return g > 0;
-  const int32_t batch = std::max(1, n_running);
-  // Decode batches feed one token per sequence; prompt chunks in the same step only make the
-  // extra positions relatively cheaper, so this errs towards not speculating.
-  // A proposer that runs a model (draft) adds its own forwards' time to the step.
-  // (Not made yet: nothing measured, and its first guesses teach it.)
-  const auto pr = proposers_.find(s.spec_method);
-  const double guess_us = pr != proposers_.end() ? pr->second->guess_cost_us(g) : 0.0;
-  return speculation_pays(step_cost_, s.spec_rate * g, g, batch, batch, cfg_.max_steps_in_flight > 1 && batch > 1,
-                          guess_us);
-}
-
-std::vector<int32_t> scheduler_state::proposal_for(seq& s, int32_t room, int32_t n_running) {
-  if (!spec_wanted(s, n_running)) return {};
-  if (s.spec_skip > 0) {
-    --s.spec_skip;
-    return {};
-  }
-  // A plain decode: the last token is known and everything before it is in KV memory.
-  if (s.pending_samples > 0 || s.n_computed != s.n_scheduled ||
-      s.n_scheduled + 1 != static_cast<int32_t>(s.tokens.size()))
-    return {};
-  int32_t k = std::min(spec_k(s), room);
-  k = std::min(k, s.req.max_tokens - s.generated - 1);  // the step yields at most k + 1 tokens
-  if (geo_.max_positions > 0) k = std::min(k, geo_.max_positions - s.n_scheduled - 1);
-  if (k <= 0) return {};
-  auto pr = proposer_of(s.spec_method);
-  if (!pr) return {};  // unregistered since (a reload): decode plainly
-  std::vector<int32_t> guess;
-  if (auto b = batched_guesses_.find(s.req.id); b != batched_guesses_.end()) guess = std::move(b->second);
-  else guess = (*pr)->propose(s.req.id, s.tokens, k);  // not gathered by propose_batched
-  if (static_cast<int32_t>(guess.size()) > k) guess.resize(static_cast<size_t>(k));
-  if (!guess.empty() && !spec_pays(s, static_cast<int32_t>(guess.size()), n_running)) guess.clear();
-  if (guess.empty()) s.spec_let_pipeline = true;
-  return guess;
-}
-
-void scheduler_state::propose_batched(uint64_t solo, int32_t n_running) {
-  batched_guesses_.clear();
-  // The sequences plan()'s loop will ask proposal_for about, by the same tests (read only: the
-  // loop's own checks still decide). One left out here is asked alone (propose); one gathered
-  // but then not scheduled (budget, preemption) only cost its proposer some work.
-  std::map<proposer*, std::vector<proposal_request>> by_proposer;
-  for (auto id : running_) {
-    const auto& s = seqs_.at(id);
-    if ((solo && id != solo) || s.pad || s.spec_inflight || s.paused || done_sampling(s) || s.spec_skip > 0) continue;
-    if (s.pending_samples > 0 || s.n_computed != s.n_scheduled || s.n_scheduled + 1 != static_cast<int32_t>(s.tokens.size()))
-      continue;
-    if (!spec_wanted(s, n_running)) continue;
-    // At most what proposal_for allows before the step's token budget (its guess is cut to that).
-    int32_t k = std::min(spec_k(s), s.req.max_tokens - s.generated - 1);
-    if (geo_.max_positions > 0) k = std::min(k, geo_.max_positions - s.n_scheduled - 1);
-    if (k <= 0) continue;
-    auto pr = proposer_of(s.spec_method);
-    if (!pr) continue;
-    by_proposer[*pr].push_back({id, &s.tokens, s.n_prompt, k, {}});
-  }
-  for (auto& [p, reqs] : by_proposer) {
-    p->propose_batch(reqs);
-    for (auto& r : reqs) batched_guesses_[r.seq] = std::move(r.tokens);
-  }
-}
-
-void scheduler_state::apply_speculation(seq& s, const inflight_entry& e, const sampled_token& t) {
-  const uint64_t id = s.req.id;
-  const bool kv_current = s.has_kv && e.kv_epoch == s.kv_epoch;
-  s.spec_inflight = false;
-  const auto accepted = static_cast<int32_t>(std::min<size_t>(t.more.size(), static_cast<size_t>(e.proposed)));
-  s.spec_proposed += e.proposed;
-  s.spec_accepted += accepted;
-  st_.spec_proposed += e.proposed;
-  st_.spec_accepted += accepted;
-  const auto& c = cfg_.speculative;
-  // Half weight on the newest step: guesses that all fail turn it off after two steps (1, 0.5,
-  // 0.25 against the default 0.3), where 0.7/0.3 took four, each costing a pipelined step.
-  s.spec_rate = 0.5 * s.spec_rate + 0.5 * static_cast<double>(accepted) / e.proposed;
-  // The accepted run, with the same half weight (spec_k).
-  // Its prior is k (what spec_k starts with): one rejected first guess must not drop k to 1 at
-  // once, where the expected gain of a single guess rarely pays its verified position (the
-  // measured rule) and the sequence would never be asked again.
-  s.spec_run = 0.5 * (s.spec_run < 0 ? static_cast<double>(c.k) : s.spec_run) + 0.5 * accepted;
-  if (s.spec_rate < c.min_acceptance) {
-    // Back off, then probe: starting from the threshold, one good step turns it on again. A
-    // probe that fails too backs off twice as long (up to 16x probe_steps).
-    s.spec_skip = c.probe_steps << std::min(s.spec_backoffs, 4);
-    s.spec_backoffs = std::min(s.spec_backoffs + 1, 4);
-    s.spec_rate = c.min_acceptance;
-  } else if (accepted > 0) {
-    s.spec_backoffs = 0;
-  }
-  --s.pending_samples;
-  bool alive = take_token(s, t.token, t.logprob, t.top);
-  for (int32_t j = 0; alive && j < accepted; ++j)
-    alive = take_token(s, t.more[static_cast<size_t>(j)],
-                       static_cast<size_t>(j) < t.more_logprob.size() ? t.more_logprob[static_cast<size_t>(j)] : 0.0f, {});
-  if (!alive || !seqs_.count(id)) return;
-  if (kv_current) {
-    // Positions past the accepted tokens hold rejected guesses: they are cut off before
-    // anything (the prefix cache's commit below) can hash them, and their blocks freed.
-    s.n_computed = s.n_scheduled = static_cast<int32_t>(s.tokens.size()) - 1;
-    kv_.truncate(id, s.n_computed);
-  }
 }
 
 void scheduler_state::apply(const step_result& r, int64_t now_us) {
@@ -776,6 +641,7 @@ void scheduler_state::remove(uint64_t id) {
   if (it->second.has_kv) kv_.free_sequence(id);
   erase_value(it->second.ph == phase::running ? running_ : waiting_, id);
   if (it->second.suspect) erase_value(suspects_, id);
+  if (rule_probe_ == id) rule_probe_ = 0;  // the next refusal chooses another
   seqs_.erase(it);
 }
 

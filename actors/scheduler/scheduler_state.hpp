@@ -187,12 +187,21 @@ class scheduler_state {
   // Whether `s` may speculate in a step of n_running sequences (its method, its sampling, the
   // batch bound, and whether k guesses at its acceptance pay at this batch: step_cost.hpp; not
   // whether it has a guess).
-  bool spec_wanted(const seq& s, int32_t n_running) const;
+  bool spec_wanted(const seq& s, int32_t n_running, int32_t extra = 0) const;
+  // Whether the proposer of `s` expects a guess once the sample in flight is in
+  // (proposer::expects_guess).
+  bool spec_expects_guess(seq& s);
+  // spec_wanted without the cost rule: its method, its sampling, the batch bound.
+  bool spec_allowed(const seq& s, int32_t n_running) const;
+  // The cost rule refused `s` a guess in this step; after probe_steps such steps, one sequence is
+  // let through (rule_probe_) to measure the step time the rule rests on again.
+  void note_rule_refusal(const seq& s);
   // How many guesses `s` may make (before the step's room and max_tokens): k adapted to its
   // recently accepted run.
   int32_t spec_k(const seq& s) const;
   // Whether g guesses of `s` pay in a step of n_running sequences (speculation_pays).
-  bool spec_pays(const seq& s, int32_t g, int32_t n_running) const;
+  // extra: guesses of others in the same step (step_guesses_ or next_step_guesses_).
+  bool spec_pays(const seq& s, int32_t g, int32_t n_running, int32_t extra) const;
   // The proposer named `method`, made on first use.
   result<proposer*> proposer_of(const std::string& method);
   // This step's guesses for every running sequence that may speculate in it, made with one
@@ -223,6 +232,14 @@ class scheduler_state {
   std::map<std::string, std::unique_ptr<proposer>> proposers_;
   std::unordered_map<uint64_t, std::vector<int32_t>> batched_guesses_;  // propose_batched's, this plan()
   step_cost step_cost_;  // step wall time by tokens fed, for spec_pays
+  // Guesses let into the step plan() is making (proposal_for rates a sequence's guesses on top of
+  // them), and those that the sequences sitting it out for their sample mean to make in the next
+  // (the same for a sequence deciding whether to sit it out): spec_pays's extra tokens.
+  int32_t step_guesses_ = 0;
+  int32_t next_step_guesses_ = 0;
+  int32_t rule_refused_steps_ = 0;  // steps in which the cost rule refused a guess, since the last probe
+  uint64_t last_refusal_step_ = 0;  // the plan that last counted in rule_refused_steps_
+  uint64_t rule_probe_ = 0;         // the sequence to speculate next despite the rule (0: none)
   std::vector<uint64_t> suspects_;  // in the order they are run alone
   uint64_t next_step_ = 1;
   int64_t last_answer_us_ = 0;  // when the executor's last answer came (steps run one after another)

@@ -271,6 +271,10 @@ class pipeline_inference : public net::inference {
     g += "# HELP troupe_spec_accepted_total Speculative tokens the model accepted (each saves a decode step).\n"
          "# TYPE troupe_spec_accepted_total counter\n"
          "troupe_spec_accepted_total " + std::to_string(st->spec_accepted) + "\n";
+    g += "# HELP troupe_spec_rule_probes_total Speculations let through against the measured cost rule, to "
+         "measure the step time it rests on again (speculative.probe_steps).\n"
+         "# TYPE troupe_spec_rule_probes_total counter\n"
+         "troupe_spec_rule_probes_total " + std::to_string(st->spec_rule_probes) + "\n";
     std::string health;
     if (auto rs = p->get_router_stats(std::chrono::seconds(2))) {
       g += router_metrics(*rs);

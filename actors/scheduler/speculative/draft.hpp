@@ -43,6 +43,8 @@ class draft_proposer final : public proposer {
   std::vector<int32_t> propose(uint64_t seq, const std::vector<int32_t>& context, int32_t max_k) override;
   void propose_batch(std::vector<proposal_request>& reqs) override;
   void on_end(uint64_t seq, const std::vector<int32_t>& context, int32_t n_prompt) override;
+  // A draft model always guesses (and asking it would cost forwards).
+  bool expects_guess(uint64_t, const std::vector<int32_t>&) override { return true; }
   // g draft forwards at their measured mean wall time (one forward per guessed position, all of
   // a step's speculating sequences in it): counted whole for each sequence, which errs towards
   // not speculating when several share the forwards.

@@ -30,9 +30,12 @@ struct speculative_config {
   int32_t ngram_max = 4;          // ngram: the longest (tried first)
   // A request whose rolling acceptance (accepted / proposed, half weight on the newest step)
   // falls below this stops proposing for probe_steps decode steps, then tries again (a failed
-  // probe backs off twice as long, up to 16x).
+  // probe backs off twice as long, up to 16x). probe_steps is also how often a refusing cost rule
+  // is tested again (scheduler_state::note_rule_refusal). 8, not more: a copying request's
+  // guesses fail in bursts where the output leaves the source, and a long back-off there cost
+  // the copy-heavy prompts of `troupe bench spec` a third of their accepted tokens.
   double min_acceptance = 0.3;
-  int32_t probe_steps = 32;
+  int32_t probe_steps = 8;
   // Nobody speculates in a step with more running sequences than this. 0: no fixed bound; the
   // bound that counts is measured (step_cost.hpp: speculation only where the verified positions'
   // measured extra time is paid for by the tokens the sequence's acceptance promises).
@@ -75,6 +78,16 @@ class proposer {
   // (draft) runs one forward per guessed position for all of them. Default: propose() each.
   virtual void propose_batch(std::vector<proposal_request>& reqs) {
     for (auto& r : reqs) r.tokens = propose(r.seq, *r.context, r.max_k);
+  }
+  // Whether a guess is likely one token from now. The scheduler asks while a sequence's last
+  // sample is in flight, to choose between waiting for that sample (the sequence sits out a
+  // pipelined step, then guesses) and pipelining on without a guess: waiting for a guess that
+  // does not come costs the sequence a step. Default: whether there is a guess for the token in
+  // flight now (a lookup proposer's guesses come in runs: where the text follows an earlier
+  // passage, it goes on following it). A proposer that always guesses, or whose propose is
+  // expensive, overrides it.
+  virtual bool expects_guess(uint64_t seq, const std::vector<int32_t>& context) {
+    return !propose(seq, context, 1).empty();
   }
   // The wall time, in microseconds, that guessing g tokens adds to a step (a draft model's
   // forwards, which run while the step waits for them): the scheduler counts it with the

@@ -3,7 +3,7 @@
 //
 // step_cost keeps a running table of a step's wall time by the number of tokens it fed (an
 // exponential moving average per token count). The rule (speculation_pays): let T = the step
-// time at the batch's token count n, dT = T(n + g) - T(n) the extra time of g verified
+// time at the step's token count n (the batch, plus the guesses of others already in the step), dT = T(n + g) - T(n) the extra time of g verified
 // positions, B the sequences in the step, E = acceptance x g the tokens the guesses are expected
 // to add, and c = 2 when the step is pipelined with others (a speculating sequence waits for its
 // answer, so it is in every other step) else 1. Without speculation the batch makes B tokens per
