@@ -15,6 +15,9 @@ namespace {
 
 // Repetition counts above this would expand into huge rule chains.
 constexpr uint32_t max_repeat = 1000;
+// Groups ( ) nested deeper than this are refused (the parser recurses per group). Twice
+// regex.cpp's own bound and more: a regex group can become two nested grammar groups.
+constexpr size_t max_gbnf_group_depth = 256;
 
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
@@ -38,6 +41,7 @@ class parser {
  private:
   std::string_view s_;
   size_t pos_ = 0;
+  size_t group_depth_ = 0;
   std::string error_;
   gbnf_grammar g_;
   std::unordered_map<std::string, uint32_t> index_;
@@ -222,11 +226,17 @@ class parser {
         seq.push_back({gbnf_symbol::type::rule, {}, id});
         have_last = true;
       } else if (c == '(') {
+        // Groups nest by recursion: bounded, or a grammar of a few hundred KB of '(' (a request
+        // body can hold one) overflows the stack (found by fuzzing).
+        if (group_depth_ >= max_gbnf_group_depth)
+          return fail("groups nested more than " + std::to_string(max_gbnf_group_depth) + " deep", item_pos);
         ++pos_;
         skip_space(true);
         const uint32_t sub = new_rule(rule);
         std::vector<gbnf_sequence> alts;
+        ++group_depth_;
         if (auto st = parse_alternatives(sub, true, alts); !st) return st;
+        --group_depth_;
         if (pos_ >= s_.size() || s_[pos_] != ')') return fail("expected ')' to close the group opened at " + where(item_pos) + ", found " + found());
         ++pos_;
         g_.rules[sub].alts = std::move(alts);

@@ -13,6 +13,10 @@ namespace troupe::structured {
 namespace {
 
 constexpr uint32_t max_regex_repeat = 1000;
+// Groups nested deeper than this are refused: the translator recurses per group, and a pattern
+// of a few hundred KB of '(' (a request body can hold one) overflowed the stack (found by
+// fuzzing). The grammar written for it nests up to twice as deep (gbnf.cpp allows 256).
+constexpr size_t max_regex_group_depth = 100;
 
 std::vector<code_range> digit_ranges() { return {{'0', '9'}}; }
 std::vector<code_range> word_ranges() { return normalize_ranges({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}); }
@@ -37,6 +41,7 @@ class regex_translator {
   std::string_view p_;
   bool json_;
   size_t pos_ = 0;
+  size_t group_depth_ = 0;
 
   std::string err(const std::string& what) const {
     return "regex: " + what + " at offset " + std::to_string(pos_) + " of the pattern";
@@ -81,6 +86,8 @@ class regex_translator {
       if (c == '^') return fail("anchor '^' is only supported at the start");
       if (c == '*' || c == '+' || c == '?') return fail(std::string("quantifier '") + c + "' with nothing to repeat");
       if (c == '(') {
+        if (group_depth_ >= max_regex_group_depth)
+          return fail("groups nested more than " + std::to_string(max_regex_group_depth) + " deep");
         ++pos_;
         if (p_.substr(pos_, 1) == "?") {
           const auto rest = p_.substr(pos_);
@@ -101,7 +108,9 @@ class regex_translator {
           }
         }
         std::string inner;
+        ++group_depth_;
         if (auto st = parse_alt(inner); !st) return st;
+        --group_depth_;
         if (pos_ >= p_.size() || p_[pos_] != ')') {
           pos_ = at;
           return fail("unbalanced '('");

@@ -49,6 +49,15 @@ TEST(Gbnf, ParsesRulesAlternativesAndReferences) {
   EXPECT_EQ(g->find("nope"), -1);
 }
 
+// Found by fuzzing: a grammar of 400,000 nested '(' (a request body can hold one) overflowed
+// the stack.
+TEST(Gbnf, GroupsNestedTooDeepAreRefusedByName) {
+  const std::string deep = "root ::= " + std::string(400000, '(') + "\"a\"" + std::string(400000, ')') + "\n";
+  EXPECT_TRUE(contains(error_of(deep), "groups nested more than 256 deep"));
+  const std::string at_limit = "root ::= " + std::string(256, '(') + "\"a\"" + std::string(256, ')') + "\n";
+  EXPECT_TRUE(grammar_matches(at_limit, "a"));
+}
+
 TEST(Gbnf, LiteralEscapes) {
   auto g = parse_gbnf(R"(root ::= "\n\t\"\\\x41\u00e9\U0001F600")");
   ASSERT_TRUE(g.ok()) << g.error();

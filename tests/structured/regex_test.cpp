@@ -79,6 +79,18 @@ TEST(Regex, RefusesWhatAGrammarCannotDoByName) {
   EXPECT_NE(e.find("offset 3"), std::string::npos) << e;
 }
 
+// Found by fuzzing: 300,000 nested '(' (a request body can hold them) overflowed the stack.
+TEST(Regex, GroupsNestedTooDeepAreRefusedByName) {
+  const std::string deep = std::string(300000, '(') + "a" + std::string(300000, ')');
+  EXPECT_NE(error_of(deep).find("nested more than 100 deep"), std::string::npos);
+  // At the bound the pattern still works, and its grammar (nested up to twice as deep) parses.
+  const std::string at_limit = std::string(100, '(') + "a|b" + std::string(100, ')');
+  auto g = regex_to_gbnf(at_limit);
+  ASSERT_TRUE(g.ok()) << g.error();
+  EXPECT_TRUE(grammar_matches(g.value(), "b"));
+  EXPECT_FALSE(grammar_matches(g.value(), "c"));
+}
+
 TEST(Regex, NamedGroupsAreGroups) {
   auto g = regex_to_gbnf(R"((?P<year>\d{4})-(?<month>\d{2}))");
   ASSERT_TRUE(g.ok()) << g.error();
