@@ -44,6 +44,10 @@ void scheduler_state::note_rule_refusal(const seq& s) {
   // table's average moves a quarter of the way per measurement). One sequence per probe_steps
   // steps, not each: at batch 16, 16 probes would each cost a pipelined step and g positions.
   if (rule_probe_ != 0) return;  // one chosen already
+  // Not a proposer that runs a model: the rule's "no" there rests mostly on its own forwards'
+  // measured time, and a probe would pay them in full, with the draft's K/V catching up on every
+  // token since its last guess (a self draft probed every 8 steps ran at half speed).
+  if (auto pr = proposers_.find(s.spec_method); pr == proposers_.end() || pr->second->guess_cost_us(1) > 0) return;
   if (last_refusal_step_ != next_step_) {
     last_refusal_step_ = next_step_;
     ++rule_refused_steps_;
