@@ -14,6 +14,7 @@
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <regex>
 #include <sstream>
@@ -23,6 +24,7 @@
 
 #include "app/bench_command.hpp"
 #include "bench/cpu_name.hpp"
+#include "bench/quality_bench.hpp"
 #include "model/batch_generator.hpp"
 #include "model/cpu_backend.hpp"
 #include "model/loaded_model.hpp"
@@ -56,6 +58,10 @@ struct bench_options {
   int block_size = backend_options{}.block_size;  // KV block size in tokens (the server's default)
   bool skip_llama = false;
   std::string json;  // where --json writes the run's figures (empty: nowhere)
+  // The quality table (quality_bench.hpp): windows of the eval text scored per path (0: none).
+  std::string eval_text = "tests/fixtures/eval/gpl-3.txt";
+  int eval_windows = 3;
+  int eval_ctx = 256;
   std::string matmul = "both";
   std::string kv = "both";  // f16, q8 or both (q8: one more run, in the fast order when it runs)
   // How the decode tests sample (greedy by default, as llama.cpp's benches do); each request
@@ -599,11 +605,13 @@ const char* engine_json_help =
     "ratio_to_batch1 and its rounds, llama_cpp, ratio, step (decode step phase by phase in ms: phases[] of key, label, "
     "ms; outside_forward_ms, step_ms, steps, kv_bytes, kv_gb_per_s, kv_ceiling_percent); floors[]; kv_bytes_per_token, "
     "block_size, peak_kv); llama_cpp (available, note, prefill, decode, long_prefill, long_decode: tokens_per_s, "
-    "stddev; batched[]: batch, tokens_per_s); peak_rss_mib. A figure not measured is null.";
+    "stddev; batched[]: batch, tokens_per_s); quality (null with --eval-windows 0; text, n_ctx, windows, "
+    "tokens_scored, ppl_reference, paths[]: name, mean_kl, p99_kl, max_kl, top1_agreement, ppl, ppl_ratio; notes[]; "
+    "or error); peak_rss_mib. A figure not measured is null.";
 
 std::string engine_json(const bench_options& o, const loaded_model& lm, int threads, const machine_state& m,
                         const read_ceiling& ceiling, const std::vector<troupe_figures>& runs, const llama_figures& llama,
-                        long rss_kib) {
+                        const quality_figures* quality, long rss_kib) {
   const auto& hp = lm.weights->params();
   troupe::net::json_writer w;
   // A figure not measured (0) is null, not 0 tokens/s.
@@ -784,6 +792,8 @@ std::string engine_json(const bench_options& o, const loaded_model& lm, int thre
   }
   w.end_array();
   w.end_object();
+  if (quality) write_quality(w, *quality);
+  else w.key("quality").null();
   w.field("peak_rss_mib", static_cast<double>(rss_kib) / 1024.0);
   w.end_object();
   return w.take();
@@ -980,8 +990,14 @@ int run_bench_engine(const bench_options& o) {
                 r.name().c_str(), r.kv_bytes_per_token, r.kv_q8 ? "q8" : "fp16", hp.n_layer, hp.n_kv_dim(), r.peak.blocks_used,
                 r.peak.blocks_total, r.block_size, static_cast<long long>(r.peak.slots_wasted));
   if (!llama.note.empty()) std::printf("note: %s\n", llama.note.c_str());
+  std::optional<quality_figures> quality;
+  if (o.eval_windows > 0) {
+    quality = measure_quality(*lm.value(), o.eval_text, threads, o.eval_ctx, o.eval_windows);
+    print_quality(*quality);
+  }
   if (json_out.is_open()) {
-    json_out << engine_json(o, *lm.value(), threads, machine, ceiling, runs, llama, rss) << "\n";
+    json_out << engine_json(o, *lm.value(), threads, machine, ceiling, runs, llama, quality ? &*quality : nullptr, rss)
+             << "\n";
     json_out.close();
     if (!json_out) {
       std::fprintf(stderr, "troupe bench engine: --json: writing '%s' failed\n", o.json.c_str());
@@ -1011,6 +1027,9 @@ troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, l
                                    sub.add_option("--kv", o->kv, "K/V memory: f16, q8 or both (q8 once, in the fast order when it runs)")->capture_default_str();
                                    sub.add_option("--long-tokens", o->long_tokens, "Long-context tests: prefill of a prompt of this many tokens, and decode after one (0 = skip)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
                                    sub.add_flag("--skip-llama", o->skip_llama, "Do not run llama.cpp");
+                                   sub.add_option("--eval-text", o->eval_text, "Text the quality table scores (as troupe eval --file)")->capture_default_str();
+                                   sub.add_option("--eval-windows", o->eval_windows, "Windows of the text the quality table scores per path (0 = no table)")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+                                   sub.add_option("--eval-ctx", o->eval_ctx, "Tokens per window of the quality table")->check(CLI::Range(16, 1 << 20))->capture_default_str();
                                    sub.add_option("--json", o->json, "Also write every figure of the run to this JSON file (bench/plot.py draws it; layout below)");
                                    sub.footer(engine_json_help);
                                    sub.add_option("--temperature", o->sampling.temperature, "Decode tests sample at this temperature (0 = greedy)")->capture_default_str();

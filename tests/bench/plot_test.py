@@ -143,7 +143,8 @@ def test_a_fresh_run_of_this_build_draws(tmp_path):
     r = subprocess.run(
         [troupe, "bench", "engine", "--model", model, "--json", str(out), "--skip-llama", "--matmul", "fast",
          "--kv", "f16", "--batches", "1,2", "--repeats", "1", "--batch-repeats", "1", "--prefill-tokens", "16",
-         "--decode-tokens", "4", "--long-tokens", "64", "--batch-prompt", "8", "--batch-gen", "4"],
+         "--decode-tokens", "4", "--long-tokens", "64", "--batch-prompt", "8", "--batch-gen", "4",
+         "--eval-windows", "1", "--eval-ctx", "64"],
         capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
@@ -152,6 +153,14 @@ def test_a_fresh_run_of_this_build_draws(tmp_path):
     assert conf["long_prefill"]["tokens"] == 64 and conf["long_decode"]["depth"] == 64
     assert [b["batch"] for b in conf["batched"]] == [1, 2]
     assert doc["llama_cpp"]["available"] is False and "skipped" in doc["llama_cpp"]["note"]
+    # The quality table of the same run: each fast path against the bit-exact order with f32 K/V.
+    q = doc["quality"]
+    assert q["windows"] == 1 and q["n_ctx"] == 64 and q["tokens_scored"] == 31
+    assert 1 < q["ppl_reference"] < 1000
+    assert [p["name"] for p in q["paths"]] == ["llama.cpp order, fp16 K/V", "fast order, fp16 K/V", "fast order, q8 K/V"]
+    for p in q["paths"]:
+        assert 0 <= p["mean_kl"] <= p["max_kl"] < 1 and 0.5 < p["top1_agreement"] <= 1
+    assert any("AMX" in n for n in q["notes"])
     assert plot.main([str(out), "--out", str(tmp_path)]) == 0
     check_pngs(tmp_path)
     # --help says what the document holds.
