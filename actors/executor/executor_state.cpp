@@ -243,6 +243,7 @@ step_result executor_state::run(const step_plan& plan) {
          ++j) {
       t.more.push_back(r.samples[j + 1].token);
       if (want_logprob) t.more_logprob.push_back(r.samples[j + 1].logprob);
+      if (e.logprob) t.more_top.push_back(std::move(r.samples[j + 1].top));
     }
     const int32_t last = t.more.empty() ? t.token : t.more.back();
     if (r.m && std::find(eog_.begin(), eog_.end(), last) != eog_.end()) constrained_.erase(e.seq_id);

@@ -23,9 +23,8 @@ bool scheduler_state::spec_allowed(const seq& s, int32_t n_running) const {
   if (s.spec_method.empty() || policy_->pads_finished()) return false;  // a dense batch steps in lockstep
   if (c.max_batch > 0 && n_running > c.max_batch) return false;
   // Penalties, logit_bias and a constraint apply per verified position (the executor moves the
-  // window and the matcher along the guesses); logprobs are left out (the step answers one
-  // token's alternatives, not each verified position's).
-  return !s.req.logprobs && s.req.sampling.n_logprobs == 0;
+  // window and the matcher along the guesses), and logprobs are each kept position's own.
+  return true;
 }
 
 bool scheduler_state::spec_wanted(const seq& s, int32_t n_running, int32_t extra) const {
@@ -186,9 +185,9 @@ void scheduler_state::apply_speculation(seq& s, const inflight_entry& e, const s
   }
   --s.pending_samples;
   bool alive = take_token(s, t.token, t.logprob, t.top);
-  for (int32_t j = 0; alive && j < accepted; ++j)
-    alive = take_token(s, t.more[static_cast<size_t>(j)],
-                       static_cast<size_t>(j) < t.more_logprob.size() ? t.more_logprob[static_cast<size_t>(j)] : 0.0f, {});
+  for (size_t j = 0; alive && j < static_cast<size_t>(accepted); ++j)
+    alive = take_token(s, t.more[j], j < t.more_logprob.size() ? t.more_logprob[j] : 0.0f,
+                       j < t.more_top.size() ? t.more_top[j] : std::vector<model::token_logprob>{});
   if (!alive || !seqs_.count(id)) return;
   if (kv_current) {
     // Positions past the accepted tokens hold rejected guesses: they are cut off before

@@ -40,7 +40,8 @@ struct step_entry {
   // the last fed token's position and every proposed one (the j-th with draw n_generated + j, the
   // penalty window and the constraint's matcher advanced through the j guesses before it), and
   // keeps the proposed tokens up to the first that differs from its sample, plus that sample
-  // (sampled_token::more). Only with `sample` and no logprobs.
+  // (sampled_token::more, with each kept position's logprob and alternatives when `logprob`).
+  // Only with `sample`.
   std::vector<int32_t> proposal;
 
   int32_t n_fed() const {
@@ -77,14 +78,17 @@ struct sampled_token {
   std::string error;  // token -1: why (empty: the row was left out of the step)
   // Speculative decoding: the tokens after `token` that this step also produced (the accepted
   // proposed tokens, then the sample at the first rejected position or after the last one), and
-  // their logprobs where `logprob` is set.
+  // their logprobs and alternatives where `logprob` is set (more_top[j]: more[j]'s top
+  // n_logprobs, as `top` is token's).
   std::vector<int32_t> more;
   std::vector<float> more_logprob;
+  std::vector<std::vector<model::token_logprob>> more_top;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampled_token& x) {
-  return f(caf::meta::type_name("sampled_token"), x.seq_id, x.token, x.logprob, x.top, x.error, x.more, x.more_logprob);
+  return f(caf::meta::type_name("sampled_token"), x.seq_id, x.token, x.logprob, x.top, x.error, x.more, x.more_logprob,
+           x.more_top);
 }
 
 struct step_result {

@@ -508,6 +508,22 @@ def test_speculative_per_request_keeps_greedy_output_and_reports_usage_and_metri
     assert done["usage"]["speculative"]["accepted"] > 0, done
 
 
+def test_speculative_with_logprobs_gives_each_tokens_own(client):
+    def run(method):
+        return chat(client, messages=COPY, max_tokens=48, logprobs=True, top_logprobs=3,
+                    extra_body={"cache": False, "speculative": method})
+
+    plain, spec = run(False), run("ngram")
+    assert spec.choices[0].message.content == plain.choices[0].message.content
+    assert spec.usage.model_extra["speculative"]["accepted"] > 0, "the logprobs request speculated"
+    a, b = plain.choices[0].logprobs.content, spec.choices[0].logprobs.content
+    assert len(a) == len(b) == plain.usage.completion_tokens
+    for x, y in zip(a, b):
+        assert (x.token, x.logprob) == (y.token, y.logprob)
+        assert [(t.token, t.logprob) for t in x.top_logprobs] == [(t.token, t.logprob) for t in y.top_logprobs]
+        assert len(y.top_logprobs) == 3
+
+
 def test_speculative_must_be_a_known_method_or_false(client):
     with pytest.raises(openai.BadRequestError) as e:
         chat(client, extra_body={"speculative": True})

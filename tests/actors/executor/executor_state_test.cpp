@@ -398,6 +398,8 @@ struct decoding {
   int32_t max_tokens = 0;
   std::function<std::vector<int32_t>(const std::vector<int32_t>& out, int step)> guess;  // null: none
   std::vector<int32_t> out;
+  std::vector<float> logprobs;                          // out's, where the shape asks for them
+  std::vector<std::vector<model::token_logprob>> tops;  // out's alternatives, likewise
   int steps = 0, proposed = 0, accepted = 0;
   bool done = false;
 };
@@ -452,12 +454,21 @@ void decode_all(executor_state& ex, std::vector<decoding>& ds) {
       d.accepted += static_cast<int>(t.more.size());
       std::vector<int32_t> got = {t.token};
       got.insert(got.end(), t.more.begin(), t.more.end());
-      for (auto tok : got) {
+      if (d.shape.logprob) {
+        EXPECT_EQ(t.more_logprob.size(), t.more.size());
+        EXPECT_EQ(t.more_top.size(), t.more.size());
+      }
+      for (size_t j = 0; j < got.size(); ++j) {
+        const int32_t tok = got[j];
         if (tok < 0 || tok == 256) {
           d.done = true;
           break;
         }
         d.out.push_back(tok);
+        if (d.shape.logprob) {
+          d.logprobs.push_back(j == 0 ? t.logprob : j - 1 < t.more_logprob.size() ? t.more_logprob[j - 1] : 0.0f);
+          d.tops.push_back(j == 0 ? t.top : j - 1 < t.more_top.size() ? t.more_top[j - 1] : std::vector<model::token_logprob>{});
+        }
         if (static_cast<int32_t>(d.out.size()) >= d.max_tokens) {
           d.done = true;
           break;
@@ -542,6 +553,48 @@ TEST(executor_state, speculation_applies_penalties_bias_and_constraints_per_posi
         EXPECT_EQ(text.back(), ']') << text << ": the budget closing ends it complete";
       }
     }
+}
+
+// A request asking for logprobs speculates too, and every kept position answers its own: the
+// same tokens, logprobs and top alternatives as decoding without speculation, greedy and
+// sampled, with penalties moving the distributions from position to position.
+TEST(executor_state, speculation_answers_each_kept_positions_logprobs) {
+  auto codec = make_byte_codec(320, 256);
+  for (const float temperature : {0.0f, 0.8f}) {
+    decoding d;
+    d.prompt = {'L', 'P', ':'};
+    d.shape.logprob = true;
+    d.shape.sampling.n_logprobs = 3;
+    d.shape.sampling.temperature = temperature;
+    d.shape.sampling.seed = 7;
+    d.shape.sampling.repetition_penalty = 1.2f;
+    d.shape.sampling.penalty_last_n = 4;
+    d.max_tokens = 30;
+    std::vector<decoding> plain = {d};
+    executor_state ex_plain(std::make_unique<bigram_backend>(), codec);
+    decode_all(ex_plain, plain);
+    ASSERT_GE(plain[0].out.size(), 8u);
+    std::vector<decoding> spec = {d};
+    spec[0].guess = lying_oracle(plain[0].out, 4);
+    executor_state ex_spec(std::make_unique<bigram_backend>(), codec);
+    decode_all(ex_spec, spec);
+    const std::string what = "temperature " + std::to_string(temperature);
+    EXPECT_GT(spec[0].accepted, 0) << what;
+    EXPECT_LT(spec[0].steps, plain[0].steps) << what;
+    ASSERT_EQ(spec[0].out, plain[0].out) << what;
+    ASSERT_EQ(spec[0].logprobs.size(), plain[0].out.size()) << what;
+    ASSERT_EQ(spec[0].tops.size(), plain[0].out.size()) << what;
+    for (size_t i = 0; i < plain[0].out.size(); ++i) {
+      EXPECT_FLOAT_EQ(spec[0].logprobs[i], plain[0].logprobs[i]) << what << " token " << i;
+      EXPECT_LT(spec[0].logprobs[i], 0.0f) << what << " token " << i;
+      ASSERT_EQ(spec[0].tops[i].size(), 3u) << what << " token " << i;
+      ASSERT_EQ(plain[0].tops[i].size(), 3u) << what << " token " << i;
+      for (size_t k = 0; k < 3; ++k) {
+        EXPECT_EQ(spec[0].tops[i][k].token, plain[0].tops[i][k].token) << what << " token " << i;
+        EXPECT_FLOAT_EQ(spec[0].tops[i][k].logprob, plain[0].tops[i][k].logprob) << what << " token " << i;
+      }
+    }
+  }
 }
 
 namespace {

@@ -1,11 +1,13 @@
 // Speculative decoding through the whole pipeline (fake backend, byte codec): a stop string that
 // falls inside a run of accepted guesses cuts the text exactly where decoding without
-// speculation cuts it, and a constrained request speculates with the same tokens as without.
+// speculation cuts it, a constrained request speculates with the same tokens as without, and a
+// request asking for logprobs gets each position's own.
 #include "actors/supervisor/pipeline.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "actors/client.hpp"
@@ -47,7 +49,66 @@ completion run(const std::string& method, const fake_options& fo, const request_
   return out;
 }
 
+// Each token's id, logprob and alternatives, read off the stream, and its usage.
+struct logprobbed {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<std::vector<model::token_logprob>> tops;
+  usage_info usage;
+  bool done = false;
+};
+
+logprobbed run_logprobs(const std::string& method, const fake_options& fo, const request_spec& r) {
+  runtime rt;
+  auto p = test::start_fake(rt, config(method), fo);
+  logprobbed out;
+  if (!p) return out;
+  client c(*p);
+  auto s = c.submit(r);
+  while (auto e = s->next(30s)) {
+    if (auto* t = std::get_if<token_event>(&*e)) {
+      out.tokens.push_back(t->token);
+      out.logprobs.push_back(t->logprob);
+      out.tops.push_back(t->top);
+    } else if (auto* d = std::get_if<done_event>(&*e)) {
+      out.usage = d->usage;
+      out.done = true;
+      break;
+    } else {
+      break;  // an error: out.done stays false
+    }
+  }
+  p->stop();
+  return out;
+}
+
 }  // namespace
+
+// A request asking for logprobs speculates like any other, and each token of an accepted run
+// carries its own position's logprob and alternatives: the same as decoding without speculation.
+TEST(pipeline_speculative, a_logprobs_request_speculates_with_the_same_logprobs) {
+  const std::string text = "red green blue red green blue yellow ";
+  const auto fo = copying(text);
+  auto r = test::prompt_spec(text + text, 40);
+  r.logprobs = true;
+  r.sampling.n_logprobs = 2;
+  const auto plain = run_logprobs("off", fo, r);
+  const auto spec = run_logprobs("ngram", fo, r);
+  ASSERT_TRUE(plain.done);
+  ASSERT_TRUE(spec.done);
+  ASSERT_EQ(spec.tokens, plain.tokens);
+  EXPECT_GT(spec.usage.speculative_accepted, 10) << "the request speculated";
+  ASSERT_EQ(spec.logprobs.size(), plain.logprobs.size());
+  for (size_t i = 0; i < plain.tokens.size(); ++i) {
+    EXPECT_FLOAT_EQ(spec.logprobs[i], plain.logprobs[i]) << "token " << i;
+    ASSERT_EQ(plain.tops[i].size(), 2u) << "token " << i;
+    ASSERT_EQ(spec.tops[i].size(), 2u) << "token " << i;
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(spec.tops[i][k].token, plain.tops[i][k].token) << "token " << i;
+      EXPECT_FLOAT_EQ(spec.tops[i][k].logprob, plain.tops[i][k].logprob) << "token " << i;
+    }
+  }
+}
 
 TEST(pipeline_speculative, a_stop_string_inside_an_accepted_run_cuts_where_plain_decoding_does) {
   const std::string text = "one two three four five six seven eight nine ten ";
