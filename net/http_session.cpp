@@ -19,10 +19,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <functional>
 #include <optional>
+#include <string_view>
 
 #include "net/auth.hpp"
 #include "net/chat_page.hpp"
@@ -49,6 +51,28 @@ int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 std::string strip_query(beast::string_view target) {
   auto q = target.find('?');
   return std::string(q == beast::string_view::npos ? target : target.substr(0, q));
+}
+
+// A path segment with its %XX escapes decoded (a malformed escape is kept as it is). By hand:
+// Beast does not decode targets and Boost.URL is not among the build's dependencies.
+std::string percent_decoded(std::string_view s) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
 }
 
 // The endpoints whose body is JSON: a page of another site can post text/plain or a form to any
@@ -338,6 +362,21 @@ class http_session : public std::enable_shared_from_this<http_session> {
       if (!authorise(req)) return send_error(unauthorised());
       return send(http::status::ok, models_json(ctx_.inf.model_name(), unix_now()), "application/json");
     }
+    if (path.rfind("/v1/models/", 0) == 0) {
+      // The openai client's models.retrieve(id); it percent-encodes the id (a '/' in it too).
+      endpoint_ = "models";
+      if (!get) return method_not_allowed("GET");
+      if (!authorise(req)) return send_error(unauthorised());
+      const std::string id = percent_decoded(std::string_view(path).substr(std::strlen("/v1/models/")));
+      if (id != ctx_.inf.model_name()) {
+        api_error e = bad_status(404, "model '" + id + "' is not served here (this server serves '" +
+                                          ctx_.inf.model_name() + "')",
+                                 "unknown_model");
+        e.param = "model";
+        return send_error(e);
+      }
+      return send(http::status::ok, model_json(ctx_.inf.model_name(), unix_now()), "application/json");
+    }
     if (path == "/v1/chat/completions" || path == "/v1/completions") {
       chat_ = path == "/v1/chat/completions";
       endpoint_ = chat_ ? "chat_completions" : "completions";
@@ -383,8 +422,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
                                  ? "the Responses API (/v1/responses) is not served here"
                                  : "no such endpoint: " + std::string(req.method_string()) + " " + path;
     api_error e = bad_status(404, what + "; the endpoints are POST /v1/chat/completions, POST /v1/completions, "
-                                         "POST /v1/embeddings, GET /v1/models, POST /tokenize, POST /detokenize, "
-                                         "GET /v1/ws (WebSocket), GET /health, GET /metrics",
+                                         "POST /v1/embeddings, GET /v1/models, GET /v1/models/{id}, POST /tokenize, "
+                                         "POST /detokenize, GET /v1/ws (WebSocket), GET /health, GET /metrics",
                              "not_found");
     e.type = "invalid_request_error";
     send_error(e);
@@ -418,8 +457,12 @@ class http_session : public std::enable_shared_from_this<http_session> {
     watch_disconnect();  // notices a client that goes away, and keeps this session alive meanwhile
   }
 
+  // `allowed`: "GET", "POST" or "GET or POST ..." (the message); Allow lists the same methods,
+  // HEAD with GET, since every GET path answers HEAD too.
   void method_not_allowed(const char* allowed) {
     api_error e = bad_status(405, std::string("use ") + allowed + " here", "method_not_allowed");
+    const std::string_view a(allowed);
+    allow_ = a.rfind("GET or POST", 0) == 0 ? "GET, HEAD, POST" : a == "GET" ? "GET, HEAD" : "POST";
     send_error(e);
   }
 
@@ -450,6 +493,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (content_type) res.set(http::field::content_type, content_type);
     if (retry_after_s_ > 0) res.set(http::field::retry_after, std::to_string(retry_after_s_));
     retry_after_s_ = 0;
+    if (allow_) res.set(http::field::allow, allow_);
+    allow_ = nullptr;
     if (!cors_origin_.empty()) {
       res.set(http::field::access_control_allow_origin, cors_origin_);
       res.set(http::field::vary, "Origin");
@@ -784,7 +829,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     ended_ = true;
     request_.cancel();  // one choice failed: the answer fails, the other choices stop
     const auto& err = std::get<actors::error_event>(e);
-    api_error ae = from_pipeline_error(err);
+    api_error ae = from_pipeline_error(err, chat_ ? "messages" : "prompt");
     if (!head_sent_) {
       if (ae.status == 429 || ae.status == 503)
         retry_after_s_ = std::max<int64_t>(1, (err.retry_after_ms + 999) / 1000);
@@ -958,6 +1003,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   unsigned version_ = 11;
   std::string endpoint_ = "other";
   int64_t retry_after_s_ = 0;
+  const char* allow_ = nullptr;  // a 405's Allow header (RFC 9110 15.5.6): the methods the path takes
   bool closed_ = false;
   // The running completion.
   bool chat_ = true;

@@ -12,7 +12,7 @@ namespace troupe::net {
 namespace dom = simdjson::dom;
 using detail::reader;
 
-api_error from_pipeline_error(const actors::error_event& ev) {
+api_error from_pipeline_error(const actors::error_event& ev, std::string_view input_field) {
   namespace errc = actors::errc;
   api_error e;
   e.code = ev.code;
@@ -20,8 +20,10 @@ api_error from_pipeline_error(const actors::error_event& ev) {
   const std::string& c = ev.code;
   if (c == errc::invalid_request || c == errc::context_length || c == errc::kv_capacity) {
     e.status = 400;
+    if (c == errc::context_length) e.param = std::string(input_field);  // as OpenAI names it
   } else if (c == errc::unknown_model) {
     e.status = 404;
+    e.param = "model";
   } else if (c == errc::overloaded || c == errc::rate_limited) {
     e.status = 429;
     e.type = c == errc::overloaded ? "server_overloaded" : "rate_limit_exceeded";
@@ -468,12 +470,26 @@ std::string embeddings_json(const embedding_result& r, bool base64) {
   return w.take();
 }
 
+namespace {
+
+void write_model(json_writer& w, const std::string& model_name, int64_t created) {
+  w.begin_object().field("id", model_name).field("object", "model").field("created", created);
+  w.field("owned_by", "troupe").end_object();
+}
+
+}  // namespace
+
 std::string models_json(const std::string& model_name, int64_t created) {
   json_writer w;
   w.begin_object().field("object", "list").key("data").begin_array();
-  w.begin_object().field("id", model_name).field("object", "model").field("created", created);
-  w.field("owned_by", "troupe").end_object();
+  write_model(w, model_name, created);
   w.end_array().end_object();
+  return w.take();
+}
+
+std::string model_json(const std::string& model_name, int64_t created) {
+  json_writer w;
+  write_model(w, model_name, created);
   return w.take();
 }
 

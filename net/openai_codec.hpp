@@ -16,7 +16,8 @@
 namespace troupe::net {
 
 // The HTTP status and OpenAI error type for a pipeline error code (actors::errc, or "loading").
-api_error from_pipeline_error(const actors::error_event& e);
+// `input_field` (`messages` or `prompt`) is the param of a prompt too long for the context.
+api_error from_pipeline_error(const actors::error_event& e, std::string_view input_field = {});
 
 // {"error":{"message":..,"type":..,"code":..,"param":..}}
 std::string error_json(const api_error& e);
@@ -103,7 +104,9 @@ struct chunk_spec {
 std::string chat_chunk_json(const completion_result& head, const chunk_spec& c);
 std::string text_chunk_json(const completion_result& head, const chunk_spec& c);
 
+// GET /v1/models (the list of one) and GET /v1/models/{id} (that one model).
 std::string models_json(const std::string& model_name, int64_t created);
+std::string model_json(const std::string& model_name, int64_t created);
 
 // POST /v1/embeddings: `input` a string or an array of strings (at most max_embedding_inputs;
 // token-id arrays are refused by name), `model`, `encoding_format` ("float" or "base64"),

@@ -75,6 +75,7 @@ parsed_frame parse_client_frame(std::string_view text) {
     f.type = frame_type::auth;
     detail::known_fields(r, {"type", "key"});
     r.str("key", f.key);
+    if (!r.err && f.key.empty()) r.err = bad_request("'auth' needs a 'key'", "key");
   } else if (type == "ping") {
     f.type = frame_type::ping;
     detail::known_fields(r, {"type", "id"});
@@ -163,6 +164,12 @@ std::string error_frame(std::string_view id, std::string_view code, std::string_
   return w.take();
 }
 
-std::string pong_frame() { return R"({"type":"pong"})"; }
+std::string pong_frame(std::string_view id) {
+  json_writer w;
+  w.begin_object().field("type", "pong");
+  if (!id.empty()) w.field("id", id);
+  w.end_object();
+  return w.take();
+}
 
 }  // namespace troupe::net

@@ -45,6 +45,7 @@ std::string token_logprobs_json(std::string_view piece, float logprob,
 std::string done_frame(std::string_view id, const actors::done_event& d,
                        const std::vector<actors::tool_call>& calls = {});
 std::string error_frame(std::string_view id, std::string_view code, std::string_view message);
-std::string pong_frame();
+// {"type":"pong"}, with the ping's `id` when it had one.
+std::string pong_frame(std::string_view id = {});
 
 }  // namespace troupe::net

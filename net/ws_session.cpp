@@ -147,7 +147,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
                                   std::to_string(max_id_bytes) + " are allowed"));
     if (!p.frame) return send(error_frame(p.id, p.error.code, p.error.message));
     auto& f = *p.frame;
-    if (f.type == frame_type::ping) return send(pong_frame());
+    if (f.type == frame_type::ping) return send(pong_frame(f.id));
     if (f.type == frame_type::auth) return auth(f);
     if (!authed_)
       return send(error_frame(f.id, "unauthorized",

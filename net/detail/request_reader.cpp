@@ -4,6 +4,7 @@
 #include <cctype>
 #include <string>
 #include <cmath>
+#include <random>
 #include <vector>
 
 namespace troupe::net::detail {
@@ -380,6 +381,7 @@ void read_common(reader& r, actors::request_spec& s) {
   r.real("presence_penalty", s.sampling.presence_penalty);
   r.real("repetition_penalty", s.sampling.repetition_penalty);
   // Any 64-bit integer, signed or not (a negative one wraps).
+  const bool seeded = r.get("seed").has_value();
   if (auto e = r.get("seed"); e && e->is_uint64() && !e->is_int64()) {
     s.sampling.seed = uint64_t(*e);
   } else {
@@ -430,6 +432,14 @@ void read_common(reader& r, actors::request_spec& s) {
       if (st.empty()) r.err = bad_request("'stop' strings must not be empty", "stop");
       else if (st.find('\0') != std::string::npos) r.err = bad_request("'stop' strings must not contain NUL (\\u0000)", "stop");
     }
+  }
+  // A sampled request without a seed gets a fresh one, as at OpenAI and llama-server: asking
+  // again gives another answer (with seed 0 for all, every retry repeated the first). Greedy ones
+  // keep 0 (they use no seed, and the exact cache's key includes it), and so does `cache: true`
+  // (the client takes a stored answer; a fresh seed would never find one).
+  if (!seeded && s.sampling.temperature > 0.0f && s.cache != cache::cache_choice::requested) {
+    thread_local std::mt19937_64 draw{std::random_device{}()};
+    s.sampling.seed = draw();
   }
   read_logit_bias(r, s);
   bypass_cache_for(r, s, !s.sampling.logit_bias.empty(), "logit_bias");
@@ -504,7 +514,10 @@ void read_messages(reader& r, actors::request_spec& s) {
       return;
     }
     reader mr{dom::object(m), std::nullopt, at};
-    known_fields(mr, {"role", "content", "name", "tool_calls", "tool_call_id"});
+    // `refusal`, `annotations`, `audio`, `function_call`: an answer's own fields, null when the
+    // openai client sends an answer back as history (`message.model_dump()`).
+    known_fields(mr, {"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "annotations", "audio",
+                      "function_call"});
     actors::chat_message cm;
     mr.str("role", cm.role);
     if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system message
@@ -518,25 +531,51 @@ void read_messages(reader& r, actors::request_spec& s) {
       if (content->is_string()) {
         cm.content = std::string(std::string_view(*content));
       } else if (content->is_array()) {
+        size_t j = 0;
         for (dom::element part : dom::array(*content)) {
-          dom::element t;
-          std::string_view type;
-          if (part.is_object() && dom::object(part)["text"].get(t) == simdjson::SUCCESS && t.is_string() &&
-              (dom::object(part)["type"].get(type) != simdjson::SUCCESS || type == "text") && dom::object(part).size() <= 2)
-            cm.content += std::string_view(t);
-          else {
-            mr.err = bad_request("'" + at + "content' parts must be {\"type\":\"text\",\"text\":...} (only text is read)",
-                                 at + "content");
+          const std::string here = at + "content[" + std::to_string(j++) + "]";
+          if (!part.is_object()) {
+            mr.err = bad_request("'" + here + "' must be a {\"type\":\"text\",\"text\":...} part", here);
             break;
           }
+          reader pr{dom::object(part), std::nullopt, here + "."};
+          std::string type = "text";
+          pr.str("type", type);
+          if (!pr.err && type != "text") {
+            // OpenAI's other parts (image_url, input_audio, file, refusal) need what a text
+            // model does not have: named, so that the client knows which part to drop.
+            pr.err = bad_request("'" + here + ".type' \"" + type +
+                                     "\" is not supported by this server: it reads text parts only "
+                                     "({\"type\":\"text\",\"text\":...})",
+                                 here + ".type", "unsupported_field");
+          }
+          if (!pr.err) known_fields(pr, {"type", "text"});
+          if (!pr.err && !pr.get("text")) pr.err = bad_request("'" + here + ".text' is required", here + ".text");
+          std::string text;
+          pr.str("text", text);
+          if (pr.err) {
+            mr.err = pr.err;
+            break;
+          }
+          cm.content += text;
         }
       } else {
         mr.wrong("content", "a string or an array of text parts", *content);
       }
     }
-    if (cm.role == "assistant") read_tool_calls(mr, at, cm);
-    else if (!mr.err && mr.get("tool_calls"))
-      mr.err = bad_request("'" + at + "tool_calls' is only read on assistant messages", at + "tool_calls");
+    if (cm.role == "assistant") {
+      read_tool_calls(mr, at, cm);
+      refuse(mr, "refusal", "an earlier refusal cannot be part of the conversation (send it as 'content')");
+      refuse(mr, "annotations", "annotations are not read back");
+      refuse(mr, "audio", "this server answers in text only");
+      refuse(mr, "function_call", "the legacy function call is not read (send 'tool_calls')");
+    } else if (!mr.err) {
+      if (mr.get("tool_calls"))
+        mr.err = bad_request("'" + at + "tool_calls' is only read on assistant messages", at + "tool_calls");
+      for (const char* k : {"refusal", "annotations", "audio", "function_call"})
+        if (!mr.err && dom::object(m)[k].error() == simdjson::SUCCESS)
+          mr.err = bad_request("'" + at + k + "' is only read on assistant messages", at + k);
+    }
     if (cm.role == "tool") {
       mr.str("tool_call_id", cm.tool_call_id);
       mr.str("name", cm.name);
@@ -667,8 +706,10 @@ void read_prompt(reader& r, actors::request_spec& s, bool& seen) {
     }
     s.prompt = std::string(std::string_view(a.at(0)));
   } else {
-    r.wrong("prompt", "a string", *e);
+    return r.wrong("prompt", "a string", *e);
   }
+  // Nothing to continue: the model has no start token to generate from (SmolLM2 has no BOS).
+  if (!r.err && s.prompt.empty()) r.err = bad_request("'prompt' must not be empty", "prompt");
 }
 
 }  // namespace troupe::net::detail

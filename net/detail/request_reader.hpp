@@ -78,19 +78,21 @@ void refuse(reader& r, std::string_view k, const std::string& why);
 // At most 4 stop strings, as OpenAI allows.
 inline constexpr size_t max_stop_strings = 4;
 
-// The sampling fields shared by both endpoints and by the WebSocket `generate` frame.
+// The sampling fields shared by both endpoints and by the WebSocket `generate` frame; a sampled
+// request without `seed` (and without `cache: true`) gets a random one.
 void read_common(reader& r, actors::request_spec& s);
 // A request that asks for what the response cache does not key or keep (logit_bias, logprobs:
 // a cached answer would come without them, or biased the other way) is generated afresh:
 // `cache` absent becomes false, `cache: true` is a 400 naming `cache`.
 void bypass_cache_for(reader& r, actors::request_spec& s, bool asked, const char* field);
-// `messages`: each `content` a string or an array of {"type":"text","text":...} parts; roles
-// system, user, assistant (with `tool_calls`, whose content may be null) and tool (with
-// `tool_call_id`).
+// `messages`: each `content` a string or an array of {"type":"text","text":...} parts (another
+// part type is refused naming it); roles system, user, assistant (with `tool_calls`, whose
+// content may be null, and an answer's null `refusal`, `annotations`, `audio`, `function_call`)
+// and tool (with `tool_call_id`).
 void read_messages(reader& r, actors::request_spec& s);
 // `tools` (type "function" only) and `tool_choice`.
 void read_tools(reader& r, actors::request_spec& s);
-// `prompt`: a string or an array of exactly one string; `seen` when the field is there.
+// `prompt`: a string or an array of exactly one string, not empty; `seen` when the field is there.
 void read_prompt(reader& r, actors::request_spec& s, bool& seen);
 
 }  // namespace troupe::net::detail

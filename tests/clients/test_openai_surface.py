@@ -554,3 +554,91 @@ def test_websocket_token_frames_carry_logprobs_like_http(server, client):
     for t in toks:
         assert len(t["top_logprobs"]) == 2
         assert t["logprob"] >= max(x["logprob"] for x in t["top_logprobs"]) - 1e-6, "greedy: the best token"
+
+
+def test_models_retrieve_describes_the_served_model_and_404s_another(client, server):
+    m = client.models.retrieve(MODEL_NAME)
+    assert m.id == MODEL_NAME and m.object == "model" and m.owned_by == "troupe"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("gpt-4o")
+    assert e.value.code == "unknown_model" and e.value.param == "model", e.value.body
+    status, body = post(server, "/v1/models/" + MODEL_NAME.replace(".", "%2E"), None, method="GET")
+    assert status == 200 and body["id"] == MODEL_NAME, body
+    status, _ = post(server, "/v1/models/" + MODEL_NAME, None, key=None, method="GET")
+    assert status == 401
+
+
+def test_a_wrong_method_is_405_with_allow(server):
+    req = urllib.request.Request(server.url + "/v1/chat/completions", method="GET",
+                                 headers={"Authorization": f"Bearer {KEY}"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=TIMEOUT_S)
+    assert e.value.code == 405 and e.value.headers["Allow"] == "POST"
+    assert json.loads(e.value.read())["error"]["code"] == "method_not_allowed"
+    status, _ = post(server, "/v1/models", {})
+    assert status == 405
+
+
+def test_an_answer_sent_back_as_history_is_accepted(client):
+    """The agent habit `messages.append(answer.model_dump())` sends the answer's null fields
+    (refusal, annotations, audio, function_call, tool_calls) back."""
+    messages = [{"role": "user", "content": "Say hi."}]
+    first = chat(client, messages=messages)
+    messages += [first.choices[0].message.model_dump(), {"role": "user", "content": "Again."}]
+    assert "refusal" in messages[1]
+    again = chat(client, messages=messages)
+    assert again.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, messages=[{"role": "user", "content": "x"},
+                               {"role": "assistant", "content": "a", "refusal": "I can't"}])
+    assert e.value.param == "messages[1].refusal"
+
+
+def test_an_image_part_is_refused_by_name(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, messages=[{"role": "user", "content": [
+            {"type": "text", "text": "What is in this picture?"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}])
+    assert e.value.param == "messages[0].content[1].type" and "image_url" in e.value.message, e.value.body
+
+
+def test_an_empty_prompt_is_400_naming_it(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL_NAME, prompt="", max_tokens=4)
+    assert e.value.param == "prompt", e.value.body
+
+
+def test_sampled_requests_without_a_seed_differ_and_with_one_repeat(client):
+    """As at OpenAI: a sampled request with no seed draws one (asking again gives another answer);
+    the same seed gives the same answer."""
+    def sample(**kw):
+        return chat(client, messages=[{"role": "user", "content": "Invent a name for a cat."}], max_tokens=16,
+                    temperature=1.5, **kw).choices[0].message.content
+    unseeded = {sample() for _ in range(3)}
+    assert len(unseeded) > 1, unseeded
+    assert sample(seed=11) == sample(seed=11)
+
+
+def test_a_prompt_over_the_context_names_its_field(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, messages=[{"role": "user", "content": "hello " * 9000}])
+    assert e.value.code == "context_length" and e.value.param == "messages", e.value.body
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL_NAME, prompt="hello " * 9000, max_tokens=4)
+    assert e.value.code == "context_length" and e.value.param == "prompt", e.value.body
+
+
+def test_websocket_pong_echoes_the_ping_id_and_auth_names_a_missing_key(server):
+    async def run():
+        async with connect(server.ws_url) as ws:
+            await ws.send(json.dumps({"type": "ping", "id": "p7"}))
+            pong = json.loads(await asyncio.wait_for(ws.recv(), FRAME_TIMEOUT_S))
+            await ws.send(json.dumps({"type": "auth"}))
+            no_key = json.loads(await asyncio.wait_for(ws.recv(), FRAME_TIMEOUT_S))
+            await ws.send(json.dumps({"type": "auth", "key": KEY}))
+            authed = json.loads(await asyncio.wait_for(ws.recv(), FRAME_TIMEOUT_S))
+            return pong, no_key, authed
+    pong, no_key, authed = asyncio.run(run())
+    assert pong == {"type": "pong", "id": "p7"}
+    assert no_key["type"] == "error" and no_key["code"] == "invalid_request" and "'key'" in no_key["message"], no_key
+    assert authed == {"type": "authed"}

@@ -293,6 +293,98 @@ TEST(openai, tools_and_tool_messages_are_parsed) {
   EXPECT_EQ(parse_openai_request(R"({"prompt":"x","tools":[]})", false).error.param, "tools");
 }
 
+// What the openai client sends back as history (`message.model_dump()`) has the answer's null
+// fields: they mean "none" and are accepted; a non-null one is refused by name.
+TEST(openai, an_answer_sent_back_as_history_is_read) {
+  auto dumped = parse_openai_request(
+      R"({"messages":[{"role":"user","content":"hi"},
+          {"content":"Hello","refusal":null,"role":"assistant","annotations":null,"audio":null,"function_call":null,"tool_calls":null},
+          {"role":"user","content":"again"}]})",
+      true);
+  ASSERT_TRUE(dumped.request) << dumped.error.message;
+  ASSERT_EQ(dumped.request->spec.messages.size(), 3u);
+  EXPECT_EQ(dumped.request->spec.messages[1].content, "Hello");
+  auto assistant = [](const char* extra) {
+    return parse_openai_request(std::string(R"({"messages":[{"role":"assistant","content":"a",)") + extra + "}]}", true);
+  };
+  for (const char* f : {"refusal", "annotations", "audio", "function_call"}) {
+    auto r = assistant((std::string("\"") + f + "\":" + (f == std::string("refusal") ? "\"no\"" : "{}")).c_str());
+    ASSERT_FALSE(r.request) << f;
+    EXPECT_EQ(r.error.param, std::string("messages[0].") + f);
+  }
+  // Only the assistant's answer has them.
+  auto user = parse_openai_request(R"({"messages":[{"role":"user","content":"x","refusal":null}]})", true);
+  EXPECT_EQ(user.error.param, "messages[0].refusal");
+}
+
+// A content part that is not text is refused naming the part and its type (image_url, audio and
+// files are OpenAI's; this server reads text only).
+TEST(openai, non_text_content_parts_are_named) {
+  auto image = parse_openai_request(
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"http://x/y.png"}}]}]})",
+      true);
+  ASSERT_FALSE(image.request);
+  EXPECT_EQ(image.error.param, "messages[0].content[1].type");
+  EXPECT_EQ(image.error.code, "unsupported_field");
+  EXPECT_NE(image.error.message.find("image_url"), std::string::npos) << image.error.message;
+  for (const char* type : {"input_audio", "file", "refusal"}) {
+    auto r = parse_openai_request(
+        std::string(R"({"messages":[{"role":"user","content":[{"type":")") + type + R"(","x":{}}]}]})", true);
+    ASSERT_FALSE(r.request) << type;
+    EXPECT_EQ(r.error.param, "messages[0].content[0].type");
+    EXPECT_NE(r.error.message.find(type), std::string::npos) << r.error.message;
+  }
+  EXPECT_EQ(parse_openai_request(R"({"messages":[{"role":"user","content":["hi"]}]})", true).error.param,
+            "messages[0].content[0]");
+  EXPECT_EQ(parse_openai_request(R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})", true).error.param,
+            "messages[0].content[0].text");
+  EXPECT_EQ(parse_openai_request(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a","cache_control":{}}]}]})",
+                                 true)
+                .error.param,
+            "messages[0].content[0].cache_control");
+  auto two = parse_openai_request(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"text":"b"}]}]})", true);
+  ASSERT_TRUE(two.request) << two.error.message;
+  EXPECT_EQ(two.request->spec.messages[0].content, "ab");
+}
+
+// An empty prompt has nothing to continue: a 400 naming `prompt` (it used to reach admission and
+// come back as "give exactly one of messages, prompt or prompt_tokens", naming no field).
+TEST(openai, an_empty_prompt_is_named) {
+  for (const char* p : {R"("")", R"([""])"}) {
+    auto r = parse_openai_request(std::string(R"({"prompt":)") + p + "}", false);
+    ASSERT_FALSE(r.request) << p;
+    EXPECT_EQ(r.error.param, "prompt");
+    EXPECT_NE(r.error.message.find("empty"), std::string::npos) << r.error.message;
+  }
+}
+
+// A sampled request without a seed draws a fresh one, as OpenAI's and llama-server's do: asking
+// twice gives two answers. A greedy one keeps seed 0 (it uses none, and the response cache's
+// exact key includes it); so does `cache: true` (the client accepts a stored answer, which a
+// fresh seed would never find). A given seed is kept.
+TEST(openai, a_sampled_request_without_a_seed_draws_one) {
+  auto a = chat_with(R"("temperature":1)");
+  auto b = chat_with(R"("temperature":1)");
+  ASSERT_TRUE(a.request && b.request);
+  EXPECT_NE(a.request->spec.sampling.seed, b.request->spec.sampling.seed);
+  auto null_seed = chat_with(R"("temperature":1,"seed":null)");
+  auto null_seed2 = chat_with(R"("temperature":1,"seed":null)");
+  ASSERT_TRUE(null_seed.request && null_seed2.request);
+  EXPECT_NE(null_seed.request->spec.sampling.seed, null_seed2.request->spec.sampling.seed);
+  auto greedy = chat_with(R"("max_tokens":1)");
+  ASSERT_TRUE(greedy.request);
+  EXPECT_EQ(greedy.request->spec.sampling.seed, 0u);
+  auto opted_in = chat_with(R"("temperature":1,"cache":true)");
+  ASSERT_TRUE(opted_in.request);
+  EXPECT_EQ(opted_in.request->spec.sampling.seed, 0u);
+  auto seeded = chat_with(R"("temperature":1,"seed":0)");
+  ASSERT_TRUE(seeded.request);
+  EXPECT_EQ(seeded.request->spec.sampling.seed, 0u);
+  auto text = parse_openai_request(R"({"prompt":"x","temperature":0.7,"seed":42})", false);
+  ASSERT_TRUE(text.request);
+  EXPECT_EQ(text.request->spec.sampling.seed, 42u);
+}
+
 TEST(openai, echo_is_parsed_and_refused_with_logprobs) {
   auto e = parse_openai_request(R"({"prompt":"x","echo":true})", false);
   ASSERT_TRUE(e.request);
@@ -359,6 +451,11 @@ TEST(openai, error_json_shape_and_status_mapping) {
   auto e = from_pipeline_error({0, actors::errc::overloaded, "busy", 1500});
   EXPECT_EQ(e.status, 429);
   EXPECT_EQ(from_pipeline_error({0, actors::errc::unknown_model, "m", 0}).status, 404);
+  EXPECT_EQ(from_pipeline_error({0, actors::errc::unknown_model, "m", 0}).param, "model");
+  const auto too_long = from_pipeline_error({0, actors::errc::context_length, "m", 0}, "messages");
+  EXPECT_EQ(too_long.status, 400);
+  EXPECT_EQ(too_long.param, "messages");
+  EXPECT_EQ(from_pipeline_error({0, actors::errc::overloaded, "m", 0}, "messages").param, "");
   EXPECT_EQ(from_pipeline_error({0, "loading", "m", 0}).status, 503);
   const auto j = error_json(e);
   EXPECT_TRUE(valid_json(j));
@@ -367,6 +464,26 @@ TEST(openai, error_json_shape_and_status_mapping) {
   EXPECT_EQ(std::string_view(doc["error"]["message"]), "busy");
   EXPECT_EQ(std::string_view(doc["error"]["code"]), "overloaded");
   EXPECT_TRUE(doc["error"]["type"].is_string());
+}
+
+// GET /v1/models and GET /v1/models/{id} (the openai client's models.list and models.retrieve).
+TEST(openai, models_are_listed_and_one_is_described) {
+  simdjson::dom::parser p;
+  const auto one = model_json("smol", 7);
+  ASSERT_TRUE(valid_json(one)) << one;
+  auto m = p.parse(one);
+  EXPECT_EQ(std::string_view(m["id"]), "smol");
+  EXPECT_EQ(std::string_view(m["object"]), "model");
+  EXPECT_EQ(int64_t(m["created"]), 7);
+  EXPECT_EQ(std::string_view(m["owned_by"]), "troupe");
+  const auto list = models_json("smol", 7);
+  ASSERT_TRUE(valid_json(list)) << list;
+  simdjson::dom::parser q;
+  auto l = q.parse(list);
+  EXPECT_EQ(std::string_view(l["object"]), "list");
+  ASSERT_EQ(dom_size(l["data"]), 1u);
+  EXPECT_EQ(std::string_view(l["data"].at(0)["id"]), "smol");
+  EXPECT_EQ(std::string_view(l["data"].at(0)["object"]), "model");
 }
 
 TEST(openai, responses_and_sse_chunks) {

@@ -64,6 +64,29 @@ TEST(ws_protocol, bad_frames_name_the_problem) {
   EXPECT_EQ(n.error.param, "id");
 }
 
+// `auth` needs its `key` (a missing one is named, not reported as a wrong key); a `ping`'s
+// optional `id` comes back in its `pong`, so that a client can match them.
+TEST(ws_protocol, auth_needs_a_key_and_pong_echoes_the_ping_id) {
+  auto no_key = parse_client_frame(R"({"type":"auth"})");
+  ASSERT_FALSE(no_key.frame);
+  EXPECT_EQ(no_key.error.param, "key");
+  EXPECT_EQ(no_key.error.code, "invalid_request");
+  auto empty_key = parse_client_frame(R"({"type":"auth","key":""})");
+  EXPECT_EQ(empty_key.error.param, "key");
+  auto ok = parse_client_frame(R"({"type":"auth","key":"k"})");
+  ASSERT_TRUE(ok.frame);
+  EXPECT_EQ(ok.frame->key, "k");
+  auto ping = parse_client_frame(R"({"type":"ping","id":"p1"})");
+  ASSERT_TRUE(ping.frame);
+  EXPECT_EQ(ping.frame->id, "p1");
+  simdjson::dom::parser p;
+  auto with_id = p.parse(pong_frame("p1"));
+  EXPECT_EQ(std::string_view(with_id["type"]), "pong");
+  EXPECT_EQ(std::string_view(with_id["id"]), "p1");
+  EXPECT_EQ(pong_frame(""), R"({"type":"pong"})");
+  EXPECT_TRUE(valid_json(pong_frame("a\"b")));
+}
+
 TEST(ws_protocol, server_frames_are_json) {
   simdjson::dom::parser p;
   auto t = p.parse(token_frame("a", 4, "x\n"));
