@@ -495,6 +495,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
     retry_after_s_ = 0;
     if (allow_) res.set(http::field::allow, allow_);
     allow_ = nullptr;
+    // RFC 9110 11.6.1: a 401 names the scheme that would be accepted (an API key as a bearer token).
+    if (res.result() == http::status::unauthorized) res.set(http::field::www_authenticate, "Bearer");
     if (!cors_origin_.empty()) {
       res.set(http::field::access_control_allow_origin, cors_origin_);
       res.set(http::field::vary, "Origin");

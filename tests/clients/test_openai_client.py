@@ -124,6 +124,7 @@ def test_missing_api_key_is_401(server):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=TIMEOUT_S)
     assert e.value.code == 401
+    assert e.value.headers["WWW-Authenticate"] == "Bearer"  # RFC 9110: a 401 names its scheme
     body = json.loads(e.value.read())
     assert body["error"]["type"] == "authentication_error"
 
