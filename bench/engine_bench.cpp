@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include "app/bench_command.hpp"
 #include "bench/cpu_name.hpp"
 #include "bench/quality_bench.hpp"
+#include "bench/read_ceiling.hpp"
 #include "model/batch_generator.hpp"
 #include "model/cpu_backend.hpp"
 #include "model/loaded_model.hpp"
@@ -235,6 +237,10 @@ struct troupe_figures {
   bool kv_q8 = false;
   std::string name() const { return std::string(matmul_order_name(order)) + " order" + (kv_q8 ? ", q8 K/V" : ""); }
   std::vector<double> pp, tg;
+  // Each decode run's figure as a percentage of the streaming-read ceiling measured just before
+  // and after it (the higher of the two): the host's bandwidth drifts over minutes, and a ratio of
+  // figures taken seconds apart is steadier than one of figures taken minutes apart.
+  std::vector<double> tg_ceiling_percent, tg_ceiling_gb_per_s;
   std::vector<double> long_pp, long_tg;  // the long-context tests (empty when skipped)
   std::vector<std::pair<int, double>> agg;  // batch size, aggregate decode tokens/s
   std::vector<std::vector<double>> agg_rounds;  // per batch size (as agg), each round's figure
@@ -285,53 +291,8 @@ result<double> batched_decode(backend& be, const bench_options& o, int b, kv_usa
   return static_cast<double>(st.generated_tokens - b) / st.decode_seconds;
 }
 
-// The ceiling of single-sequence decode: a decode step reads every weight once, so it cannot run
-// faster than a plain streaming read of that many bytes on the same threads. The best of 5 passes
-// over a buffer of `bytes` (zeros: no denormal slow path), each thread summing its slice with
-// vector adds, four independent chains deep.
-struct read_ceiling {
-  double gb_per_s = 0;
-  size_t bytes = 0;
-  int threads = 0;
-  double tokens_per_s() const { return bytes ? gb_per_s * 1e9 / static_cast<double>(bytes) : 0.0; }
-};
-
-read_ceiling measure_read_ceiling(thread_pool& pool, size_t bytes) {
-  using v4d = double __attribute__((vector_size(32)));
-  const size_t n = (bytes + 127) / 128 * 4;  // v4d elements, a multiple of 4
-  auto* buf = static_cast<v4d*>(std::aligned_alloc(64, n * sizeof(v4d)));
-  if (!buf) return {};
-  std::unique_ptr<v4d, void (*)(void*)> hold(buf, std::free);
-  // Each thread touches its own slice first, so its pages are where that thread reads them.
-  pool.run([&](int ith, int nth) {
-    const size_t a = n / 4 * ith / nth * 4, b = n / 4 * (ith + 1) / nth * 4;
-    std::memset(static_cast<void*>(buf + a), 0, (b - a) * sizeof(v4d));
-  });
-  std::vector<double> sink(static_cast<size_t>(pool.size()));
-  double best = 0;
-  for (int pass = 0; pass < 5; ++pass) {
-    const auto t0 = std::chrono::steady_clock::now();
-    pool.run([&](int ith, int nth) {
-      const size_t a = n / 4 * ith / nth * 4, b = n / 4 * (ith + 1) / nth * 4;
-      v4d s0 = {}, s1 = {}, s2 = {}, s3 = {};
-      for (size_t i = a; i < b; i += 4) {
-        s0 += buf[i];
-        s1 += buf[i + 1];
-        s2 += buf[i + 2];
-        s3 += buf[i + 3];
-      }
-      const v4d s = s0 + s1 + s2 + s3;
-      sink[static_cast<size_t>(ith)] = s[0] + s[1] + s[2] + s[3];
-    });
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, static_cast<double>(n * sizeof(v4d)) / secs / 1e9);
-  }
-  volatile double keep = sink[0];  // the sums are used: the reads stay
-  (void)keep;
-  return read_ceiling{best, bytes, pool.size()};
-}
-
-result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmul_order order, bool kv_q8) {
+result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmul_order order, bool kv_q8,
+                                      size_t weight_bytes) {
   const auto& hp = be.params();
   troupe_figures f;
   f.order = order;
@@ -351,8 +312,13 @@ result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmu
     f.pp.push_back(st.prompt_tokens / st.prefill_seconds);
     std::fprintf(stderr, "  %s: prefill run %d: %.1f tokens/s\n", name, r + 1, f.pp.back());
   }
-  // Single-sequence decode: a short prompt, then decode_tokens generated.
+  // Single-sequence decode: a short prompt, then decode_tokens generated; each run between two
+  // streaming reads of the weights' bytes on the backend's threads.
+  auto* cpu = dynamic_cast<cpu_backend*>(&be);
+  std::optional<read_ceiling_probe> probe;
+  if (cpu) probe.emplace(cpu->pool(), weight_bytes);
   for (int r = 0; r < o.repeats; ++r) {
+    const read_ceiling before = probe ? probe->measure(3) : read_ceiling{};
     batch_generator gen(be, 512);
     generation_request req;
     req.prompt = random_prompt(16, hp.n_vocab, 100 + static_cast<uint32_t>(r));
@@ -361,7 +327,16 @@ result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmu
     generation_stats st;
     if (auto e = first_error(gen.run({req}, &st), "decode"); !e) return make_error(e.error());
     f.tg.push_back(static_cast<double>(st.decode_steps) / st.decode_seconds);
-    std::fprintf(stderr, "  %s: decode run %d: %.1f tokens/s\n", name, r + 1, f.tg.back());
+    if (probe) {
+      const read_ceiling after = probe->measure(3);
+      const read_ceiling& c = after.gb_per_s > before.gb_per_s ? after : before;
+      f.tg_ceiling_gb_per_s.push_back(c.gb_per_s);
+      f.tg_ceiling_percent.push_back(c.tokens_per_s() > 0 ? 100.0 * f.tg.back() / c.tokens_per_s() : 0.0);
+      std::fprintf(stderr, "  %s: decode run %d: %.1f tokens/s, %.0f%% of a %.1f GB/s read around it\n", name, r + 1,
+                   f.tg.back(), f.tg_ceiling_percent.back(), c.gb_per_s);
+    } else {
+      std::fprintf(stderr, "  %s: decode run %d: %.1f tokens/s\n", name, r + 1, f.tg.back());
+    }
   }
   // Long contexts: a prompt of long_tokens prefilled in chunks of 512 (llama-bench's default
   // micro-batch, which its pp test runs in), then decode_tokens decoded after such a prompt (its
@@ -383,8 +358,8 @@ result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmu
   // batch_repeats rounds runs every batch size once, back to back, so that a round's ratios to
   // batch 1 divide figures measured seconds apart (this machine's speed drifts over minutes);
   // figures and ratios are the medians over the rounds.
+  probe.reset();  // its buffer is the weights' size
   std::vector<std::vector<double>> runs(o.batches.size()), ratios(o.batches.size());
-  auto* cpu = dynamic_cast<cpu_backend*>(&be);
   for (int b : o.batches)
     if (cpu && std::none_of(f.profiles.begin(), f.profiles.end(), [b](const auto& p) { return p.batch == b; }))
       f.profiles.push_back({b, {}, 0.0});
@@ -601,7 +576,7 @@ const char* engine_json_help =
     "layers, embd, vocab, weight_bytes); threads; matmul_isa; amx (available, line: the AMX path or why not); options "
     "(every test's size and count); ceiling (streaming read of the weights' bytes: bytes, gb_per_s, tokens_per_s); "
     "configurations[] (name, matmul_order, kv; tests prefill, decode, long_prefill, long_decode: tokens, depth, runs "
-    "(tokens/s), median, llama_cpp, ratio, ceiling_percent for decodes; batched[]: batch, rounds, median, "
+    "(tokens/s), median, llama_cpp, ratio, ceiling_percent for decodes (decode also ceiling_percent_paired_runs, ceiling_paired_gb_per_s: each run against a read just before and after it, and ceiling_percent_paired, their median); batched[]: batch, rounds, median, "
     "ratio_to_batch1 and its rounds, llama_cpp, ratio, step (decode step phase by phase in ms: phases[] of key, label, "
     "ms; outside_forward_ms, step_ms, steps, kv_bytes, kv_gb_per_s, kv_ceiling_percent); floors[]; kv_bytes_per_token, "
     "block_size, peak_kv); llama_cpp (available, note, prefill, decode, long_prefill, long_decode: tokens_per_s, "
@@ -694,6 +669,11 @@ std::string engine_json(const bench_options& o, const loaded_model& lm, int thre
       figure("llama_cpp", reference);
       figure("ratio", reference > 0 ? median(each) / reference : 0.0);
       if (ceiling_tps >= 0) figure("ceiling_percent", ceiling_tps > 0 ? 100.0 * median(each) / ceiling_tps : 0.0);
+      if (&each == &r.tg && !r.tg_ceiling_percent.empty()) {
+        doubles("ceiling_percent_paired_runs", r.tg_ceiling_percent);
+        doubles("ceiling_paired_gb_per_s", r.tg_ceiling_gb_per_s);
+        figure("ceiling_percent_paired", median(r.tg_ceiling_percent));
+      }
       w.end_object();
     };
     test("prefill", o.prefill_tokens, 0, r.pp, llama.pp.tps, -1);
@@ -894,11 +874,11 @@ int run_bench_engine(const bench_options& o) {
       continue;
     }
     if (auto* pool_owner = dynamic_cast<cpu_backend*>(be.value().get()); pool_owner && ceiling.bytes == 0)
-      ceiling = measure_read_ceiling(pool_owner->pool(), lm.value()->weights->weight_bytes());
+      ceiling = read_ceiling_probe(pool_owner->pool(), lm.value()->weights->weight_bytes()).measure(5);
     std::fprintf(stderr, "model %s: %d layers, %d embd, %d vocab; %d threads; matmul path %s, %s order%s\n",
                  lm.value()->id.c_str(), hp.n_layer, hp.n_embd, hp.n_vocab, threads, matmul_isa(), matmul_order_name(order),
                  kv_q8 ? ", q8 K/V" : "");
-    auto figures = measure_troupe(*be.value(), o, order, kv_q8);
+    auto figures = measure_troupe(*be.value(), o, order, kv_q8, lm.value()->weights->weight_bytes());
     if (!figures) {
       std::fprintf(stderr, "troupe bench engine: %s\n", figures.error().c_str());
       return 1;
@@ -969,9 +949,19 @@ int run_bench_engine(const bench_options& o) {
     std::printf("\nstreaming read of %.1f MB (the weights' bytes, read once per decode step) on %d threads: %.1f GB/s, "
                 "so one sequence decodes at most %.0f tokens/s\n",
                 static_cast<double>(ceiling.bytes) / 1e6, ceiling.threads, ceiling.gb_per_s, ceiling.tokens_per_s());
-    for (const auto& r : runs)
-      std::printf("%s: decode tg%d %.1f tokens/s = %.0f%% of that ceiling\n", r.name().c_str(), o.decode_tokens,
+    for (const auto& r : runs) {
+      std::printf("%s: decode tg%d %.1f tokens/s = %.0f%% of that ceiling", r.name().c_str(), o.decode_tokens,
                   median(r.tg), 100.0 * median(r.tg) / ceiling.tokens_per_s());
+      if (!r.tg_ceiling_percent.empty()) {
+        std::string each;
+        for (size_t i = 0; i < r.tg_ceiling_percent.size(); ++i)
+          each += (i ? ", " : "") + std::to_string(std::lround(r.tg_ceiling_percent[i])) + "% of " +
+                  fixed2(r.tg_ceiling_gb_per_s[i]) + " GB/s";
+        std::printf("; against a read just before and after each run: median %.0f%% (%s)", median(r.tg_ceiling_percent),
+                    each.c_str());
+      }
+      std::printf("\n");
+    }
     // At depth long_tokens a step also reads the sequence's K/V, as many bytes again as the
     // weights at 4096 tokens of fp16 K/V: the ceiling there counts both.
     for (const auto& r : runs)
