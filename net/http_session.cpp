@@ -636,6 +636,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     streaming_ = req.stream;
     include_usage_ = req.include_usage;
+    max_tokens_field_ = req.max_tokens_field;
     logprobs_ = req.logprobs;
     echo_ = req.echo ? req.spec.prompt : std::string();
     head_ = completion_result{};
@@ -650,7 +651,11 @@ class http_session : public std::enable_shared_from_this<http_session> {
     choices_.clear();
     for (int32_t i = 0; i < req.n; ++i) choices_.emplace_back(ctx_.met);
     if (chat_ && !req.spec.tools.empty() && req.spec.tool_choice != actors::tool_choice::none)
-      for (auto& c : choices_) c.tool_parser.emplace(ctx_.inf.tool_format());
+      for (auto& c : choices_)
+        c.tool_parser.emplace(ctx_.inf.tool_format(),
+                              req.spec.tool_choice == actors::tool_choice::required ||
+                                  req.spec.tool_choice == actors::tool_choice::function,
+                              req.spec.tool_choice_name);
     n_ended_ = 0;
     others_submitted_ = req.n == 1;
     spec_ = std::move(req.spec);
@@ -831,7 +836,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     ended_ = true;
     request_.cancel();  // one choice failed: the answer fails, the other choices stop
     const auto& err = std::get<actors::error_event>(e);
-    api_error ae = from_pipeline_error(err, chat_ ? "messages" : "prompt");
+    api_error ae = from_pipeline_error(err, chat_ ? "messages" : "prompt", max_tokens_field_);
     if (!head_sent_) {
       if (ae.status == 429 || ae.status == 503)
         retry_after_s_ = std::max<int64_t>(1, (err.retry_after_ms + 999) / 1000);
@@ -1011,6 +1016,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   bool chat_ = true;
   bool streaming_ = false;
   bool include_usage_ = false;
+  std::string max_tokens_field_ = "max_tokens";  // as the client spelt it (errors name it so)
   // The requests of the running completion's choices: cancelled together.
   struct request_set {
     std::vector<actors::request_handle> handles;

@@ -12,7 +12,8 @@ namespace troupe::net {
 namespace dom = simdjson::dom;
 using detail::reader;
 
-api_error from_pipeline_error(const actors::error_event& ev, std::string_view input_field) {
+api_error from_pipeline_error(const actors::error_event& ev, std::string_view input_field,
+                              std::string_view max_tokens_field) {
   namespace errc = actors::errc;
   api_error e;
   e.code = ev.code;
@@ -21,6 +22,15 @@ api_error from_pipeline_error(const actors::error_event& ev, std::string_view in
   if (c == errc::invalid_request || c == errc::context_length || c == errc::kv_capacity) {
     e.status = 400;
     if (c == errc::context_length) e.param = std::string(input_field);  // as OpenAI names it
+    if (c == errc::invalid_request) {
+      const std::string_view lead = std::string_view(e.message).substr(0, e.message.find(' '));
+      for (std::string_view f : {TROUPE_COMMON_FIELDS, "logprobs"})
+        if (lead == f) e.param = std::string(f);
+      if (e.param == "max_tokens" && max_tokens_field != "max_tokens") {
+        e.message.replace(0, lead.size(), max_tokens_field);
+        e.param = std::string(max_tokens_field);
+      }
+    }
   } else if (c == errc::unknown_model) {
     e.status = 404;
     e.param = "model";
@@ -86,7 +96,8 @@ parsed_openai parse_openai_request(std::string_view body, bool chat) {
     detail::refuse(r, "suffix", "fill-in-the-middle is not served (the default model, SmolLM2, has no FIM tokens)");
   }
   openai_request req;
-  detail::read_common(r, req.spec);
+  detail::read_common(r, req.spec, 2.0f);  // OpenAI's range: 0..2
+  if (r.get("max_completion_tokens")) req.max_tokens_field = "max_completion_tokens";
   req.model = req.spec.model;
   r.boolean("stream", req.stream);
   if (auto so = r.get("stream_options")) {

@@ -16,8 +16,12 @@
 namespace troupe::net {
 
 // The HTTP status and OpenAI error type for a pipeline error code (actors::errc, or "loading").
-// `input_field` (`messages` or `prompt`) is the param of a prompt too long for the context.
-api_error from_pipeline_error(const actors::error_event& e, std::string_view input_field = {});
+// `input_field` (`messages` or `prompt`) is the param of a prompt too long for the context. An
+// invalid_request whose message starts with a request field ("max_tokens 9000 exceeds this
+// server's cap", "top_p must be in (0, 1]": admission's and the sampler's convention) names it as
+// the param; `max_tokens` as the client spelt it (`max_tokens_field`: or max_completion_tokens).
+api_error from_pipeline_error(const actors::error_event& e, std::string_view input_field = {},
+                              std::string_view max_tokens_field = "max_tokens");
 
 // {"error":{"message":..,"type":..,"code":..,"param":..}}
 std::string error_json(const api_error& e);
@@ -32,6 +36,7 @@ struct openai_request {
   // Token logprobs asked (chat `logprobs: true`, completions `logprobs: k`); the alternatives
   // asked are spec.sampling.n_logprobs (chat `top_logprobs`, completions' k).
   bool logprobs = false;
+  std::string max_tokens_field = "max_tokens";  // or "max_completion_tokens", as the client sent it
 };
 
 inline constexpr int32_t max_choices = 16;             // `n`

@@ -35,7 +35,7 @@ parsed_frame parse_client_frame(std::string_view text) {
     detail::known_fields(r, {TROUPE_COMMON_FIELDS, "type", "id", "messages", "prompt", "resume_key", "tools",
                              "tool_choice", "logprobs", "top_logprobs"});
     need_id();
-    detail::read_common(r, f.spec);
+    detail::read_common(r, f.spec, 100.0f);  // the sampler's range
     // logprobs: each token frame carries its logprob; top_logprobs (0..20) adds the alternatives.
     r.boolean("logprobs", f.spec.logprobs);
     int64_t top = 0;

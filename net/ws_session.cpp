@@ -235,7 +235,10 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     // carry the text as generated).
     std::shared_ptr<structured::tool_call_parser> tools;
     if (!f.spec.tools.empty() && f.spec.tool_choice != actors::tool_choice::none)
-      tools = std::make_shared<structured::tool_call_parser>(ctx_.inf.tool_format());
+      tools = std::make_shared<structured::tool_call_parser>(
+          ctx_.inf.tool_format(),
+          f.spec.tool_choice == actors::tool_choice::required || f.spec.tool_choice == actors::tool_choice::function,
+          f.spec.tool_choice_name);
     // Runs on pipeline threads, one event at a time: records into the stream (which forwards to
     // whoever is attached).
     const bool logprobs = f.spec.logprobs;

@@ -175,7 +175,19 @@ result<std::string> calls_grammar(tool_format f, const std::vector<tool_def>& to
   return rules;
 }
 
-tool_call_parser::tool_call_parser(tool_format f) : f_(f) {}
+tool_call_parser::tool_call_parser(tool_format f, bool forced, std::string forced_name)
+    : f_(f), forced_(forced), forced_name_(std::move(forced_name)) {}
+
+void tool_call_parser::cut_short(std::vector<delta>& out) {
+  // A forced reply that ended before its call's name: no content, and the call tool_choice named
+  // (if it named one), its arguments "" (they had not begun: the name comes first).
+  buf_.clear();
+  in_call_ = false;
+  if (forced_name_.empty()) return;
+  const auto idx = static_cast<int32_t>(calls_.size());
+  out.push_back(delta{{}, idx, forced_name_, {}});
+  calls_.push_back({forced_name_, {}});
+}
 
 std::vector<tool_call_parser::delta> tool_call_parser::push(std::string_view text) {
   buf_ += text;
@@ -203,6 +215,10 @@ std::vector<tool_call_parser::delta> tool_call_parser::scan(bool at_end) {
       const bool could_be = (f_ == tool_format::llama3 && !rest.empty() && rest[0] == '{') ||
                             marker.substr(0, std::min(marker.size(), rest.size())) == rest.substr(0, std::min(marker.size(), rest.size()));
       if (rest.empty() && !at_end) return out;
+      if (forced_ && at_end && (!could_be || rest.empty())) {
+        cut_short(out);
+        return out;
+      }
       if (!could_be || rest.empty()) {
         content(std::move(buf_));
         buf_.clear();
@@ -245,6 +261,10 @@ std::vector<tool_call_parser::delta> tool_call_parser::scan(bool at_end) {
       found.push_back({std::string(std::string_view(name)),
                        args.is_string() ? std::string(std::string_view(args)) : simdjson::minify(args)});
     }
+    if (found.empty() && forced_) {
+      cut_short(out);
+      return out;
+    }
     if (found.empty()) {
       content(std::move(buf_));
     } else {
@@ -262,7 +282,12 @@ std::vector<tool_call_parser::delta> tool_call_parser::scan(bool at_end) {
     if (!in_call_) {
       const size_t open = buf_.find(hermes_open);
       if (open == std::string::npos) {
-        const size_t keep = at_end ? 0 : held_back(buf_, hermes_open);
+        if (forced_ && at_end && calls_.empty()) {  // cut inside the opening marker, or before it
+          cut_short(out);
+          return out;
+        }
+        // (A forced reply is calls only: whatever precedes the first marker waits for it.)
+        const size_t keep = at_end ? 0 : forced_ && calls_.empty() ? buf_.size() : held_back(buf_, hermes_open);
         // Whitespace after a call waits: it is content only if more text follows, not a call.
         bool blank = true;
         for (size_t i = 0; i < buf_.size() - keep; ++i) blank = blank && is_space(buf_[i]);
@@ -376,6 +401,10 @@ std::vector<tool_call_parser::delta> tool_call_parser::scan(bool at_end) {
       else
         c.arguments = "{}";
     }
+    if (!named_ && c.name.empty() && forced_) {
+      cut_short(out);
+      return out;
+    }
     if (!named_ && c.name.empty()) {
       // Not a call after all: what the model wrote is content.
       content(std::string(hermes_open) + body + (close == std::string::npos ? "" : std::string(hermes_close)));
@@ -384,8 +413,10 @@ std::vector<tool_call_parser::delta> tool_call_parser::scan(bool at_end) {
       // Arguments not streamed (not found while scanning, or written before the name): send them now,
       // so that the deltas add up to calls()[idx].arguments.
       if (args_sent_ == 0) {
-        if (c.arguments.empty()) c.arguments = "{}";
-        out.push_back(delta{{}, idx, {}, c.arguments});
+        // A call without arguments is "{}"; one cut off (the output ended inside it) before they
+        // began has "" (no arguments were written, and "{}" would claim complete ones).
+        if (c.arguments.empty() && close != std::string::npos) c.arguments = "{}";
+        if (!c.arguments.empty()) out.push_back(delta{{}, idx, {}, c.arguments});
       } else {
         std::string streamed = buf_.substr(args_from_, args_sent_);
         while (!streamed.empty() && is_space(streamed.back())) streamed.pop_back();

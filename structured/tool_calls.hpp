@@ -52,7 +52,11 @@ result<std::string> calls_grammar(tool_format f, const std::vector<tool_def>& to
 // arguments object, in pieces), as OpenAI streams `tool_calls` deltas.
 class tool_call_parser {
  public:
-  explicit tool_call_parser(tool_format f);
+  // `forced`: the reply is constrained to calls (tool_choice "required", or "function" naming
+  // `forced_name`), so nothing in it is content: a reply cut short (max_tokens) before a call's
+  // name was complete gives no content (the markup written so far is dropped) and, when the
+  // function is known from tool_choice, a call of it with arguments "" (the name comes first).
+  explicit tool_call_parser(tool_format f, bool forced = false, std::string forced_name = {});
 
   struct delta {
     std::string content;          // plain text (not part of a call)
@@ -69,6 +73,7 @@ class tool_call_parser {
 
  private:
   std::vector<delta> scan(bool at_end);
+  void cut_short(std::vector<delta>& out);
 
   tool_format f_;
   std::string buf_;        // text not yet released
@@ -84,6 +89,8 @@ class tool_call_parser {
   bool in_str_ = false, esc_ = false, started_ = false;
   size_t scan_ = 0;
   bool whole_ = false;     // llama3 / mistral: the call is the whole reply; read at the end
+  bool forced_ = false;
+  std::string forced_name_;
   std::vector<function_call> calls_;
 };
 

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <string>
 #include <cmath>
+#include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace troupe::net::detail {
@@ -359,7 +360,7 @@ void bypass_cache_for(reader& r, actors::request_spec& s, bool asked, const char
   s.cache = cache::cache_choice::refused;
 }
 
-void read_common(reader& r, actors::request_spec& s) {
+void read_common(reader& r, actors::request_spec& s, float max_temperature) {
   r.str("model", s.model);
   int64_t max_tokens = 0;
   const char* max_name = r.get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
@@ -380,6 +381,13 @@ void read_common(reader& r, actors::request_spec& s) {
   r.real("frequency_penalty", s.sampling.frequency_penalty);
   r.real("presence_penalty", s.sampling.presence_penalty);
   r.real("repetition_penalty", s.sampling.repetition_penalty);
+  // OpenAI's API takes temperature in [0, 2] (its 400 names it); the sampler's own range, which
+  // the WebSocket protocol keeps, is [0, 100] (sampling_params::validate, below).
+  if (!r.err && s.sampling.temperature > max_temperature) {
+    char range[40];
+    std::snprintf(range, sizeof range, "'temperature' must be in [0, %g]", static_cast<double>(max_temperature));
+    r.err = bad_request(range, "temperature");
+  }
   // Any 64-bit integer, signed or not (a negative one wraps).
   const bool seeded = r.get("seed").has_value();
   if (auto e = r.get("seed"); e && e->is_uint64() && !e->is_int64()) {

@@ -79,8 +79,9 @@ void refuse(reader& r, std::string_view k, const std::string& why);
 inline constexpr size_t max_stop_strings = 4;
 
 // The sampling fields shared by both endpoints and by the WebSocket `generate` frame; a sampled
-// request without `seed` (and without `cache: true`) gets a random one.
-void read_common(reader& r, actors::request_spec& s);
+// request without `seed` (and without `cache: true`) gets a random one. `temperature` above
+// max_temperature is a 400 (OpenAI's API: 2; the WebSocket protocol: the sampler's 100).
+void read_common(reader& r, actors::request_spec& s, float max_temperature);
 // A request that asks for what the response cache does not key or keep (logit_bias, logprobs:
 // a cached answer would come without them, or biased the other way) is generated afresh:
 // `cache` absent becomes false, `cache: true` is a 400 naming `cache`.

@@ -186,6 +186,23 @@ def test_required_streams_the_call_as_deltas(client):
     assert pieces >= 2, "the arguments arrive in pieces, as they are generated"
 
 
+@pytest.mark.parametrize("max_tokens", [1, 2, 3, 5])
+def test_a_forced_call_cut_short_returns_no_markup(client, max_tokens):
+    # Cut by max_tokens inside "<tool_call>\n{"name": ...": the markup written so far is not content;
+    # a named function's call comes back (arguments not begun), required's has no name to give.
+    for choice_kind in ({"type": "function", "function": {"name": "get_weather"}}, "required"):
+        r = ask(client, "What is the weather in Paris?", tools=[WEATHER_TOOL, TIME_TOOL], tool_choice=choice_kind,
+                max_tokens=max_tokens)
+        choice = r.choices[0]
+        assert choice.finish_reason == "length", choice
+        assert not choice.message.content, choice.message
+        if choice_kind != "required":
+            assert [c.function.name for c in choice.message.tool_calls] == ["get_weather"], choice.message
+            assert choice.message.tool_calls[0].function.arguments == ""
+        else:
+            assert not choice.message.tool_calls, choice.message
+
+
 def test_agent_loop_call_result_answer(client):
     messages = [{"role": "user", "content": "What is the weather in Paris? Use the tool."}]
     first = client.chat.completions.create(model=MODEL_NAME, messages=messages, tools=[WEATHER_TOOL],

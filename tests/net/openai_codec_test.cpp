@@ -88,6 +88,15 @@ TEST(openai, out_of_range_integers_are_named) {
   auto top_p = chat_with(R"("top_p":7)");
   ASSERT_FALSE(top_p.request);
   EXPECT_EQ(top_p.error.param, "top_p");
+  // temperature: OpenAI's [0, 2] (2.01 used to be taken, up to the sampler's 100).
+  auto hot = chat_with(R"("temperature":2.01)");
+  ASSERT_FALSE(hot.request);
+  EXPECT_EQ(hot.error.param, "temperature");
+  EXPECT_NE(hot.error.message.find("[0, 2]"), std::string::npos) << hot.error.message;
+  EXPECT_TRUE(chat_with(R"("temperature":2)").request);
+  EXPECT_FALSE(chat_with(R"("temperature":-0.5)").request);
+  EXPECT_EQ(chat_with(R"("max_completion_tokens":5)").request->max_tokens_field, "max_completion_tokens");
+  EXPECT_EQ(chat_with(R"("max_tokens":5)").request->max_tokens_field, "max_tokens");
 }
 
 // Chat: `logprobs` a boolean, `top_logprobs` 0..20 with it; completions: `logprobs` 0..5.
@@ -458,6 +467,15 @@ TEST(openai, error_json_shape_and_status_mapping) {
   EXPECT_EQ(from_pipeline_error({0, actors::errc::overloaded, "m", 0}, "messages").param, "");
   EXPECT_EQ(from_pipeline_error({0, "loading", "m", 0}).status, 503);
   const auto j = error_json(e);
+  // Admission's refusals that start with a field name it as the param, max_tokens as the client
+  // spelt it (the cap used to come back with param null and "max_tokens" for either spelling).
+  const actors::error_event cap{0, actors::errc::invalid_request, "max_tokens 9000 exceeds this server's cap of 4096", 0};
+  EXPECT_EQ(from_pipeline_error(cap, "messages").param, "max_tokens");
+  const auto cap2 = from_pipeline_error(cap, "messages", "max_completion_tokens");
+  EXPECT_EQ(cap2.param, "max_completion_tokens");
+  EXPECT_EQ(cap2.message, "max_completion_tokens 9000 exceeds this server's cap of 4096");
+  EXPECT_EQ(from_pipeline_error({0, actors::errc::invalid_request, "top_p must be in (0, 1]", 0}).param, "top_p");
+  EXPECT_EQ(from_pipeline_error({0, actors::errc::invalid_request, "give exactly one of messages or prompt", 0}).param, "");
   EXPECT_TRUE(valid_json(j));
   simdjson::dom::parser p;
   auto doc = p.parse(j);

@@ -62,6 +62,11 @@ TEST(ws_protocol, bad_frames_name_the_problem) {
   auto n = parse_client_frame(R"({"type":"generate","prompt":"p"})");
   EXPECT_FALSE(n.frame);
   EXPECT_EQ(n.error.param, "id");
+  // The WebSocket protocol keeps the sampler's temperature range, [0, 100] (OpenAI's API: [0, 2]).
+  auto warm = parse_client_frame(R"({"type":"generate","id":"x","prompt":"p","temperature":2.5})");
+  EXPECT_TRUE(warm.frame) << warm.error.message;
+  auto boiling = parse_client_frame(R"({"type":"generate","id":"x","prompt":"p","temperature":101})");
+  EXPECT_EQ(boiling.error.param, "temperature");
 }
 
 // `auth` needs its `key` (a missing one is named, not reported as a wrong key); a `ping`'s

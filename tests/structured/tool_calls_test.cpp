@@ -37,8 +37,9 @@ void add(collected& c, const std::vector<tool_call_parser::delta>& ds) {
   }
 }
 
-collected parse_in_pieces(tool_format f, const std::string& text, size_t piece) {
-  tool_call_parser p(f);
+collected parse_in_pieces(tool_format f, const std::string& text, size_t piece, bool forced = false,
+                          const std::string& forced_name = {}) {
+  tool_call_parser p(f, forced, forced_name);
   collected c;
   for (size_t i = 0; i < text.size(); i += piece) add(c, p.push(text.substr(i, piece)));
   add(c, p.finish());
@@ -90,6 +91,41 @@ TEST(ToolCallParser, UnfinishedCallAtTheEndKeepsItsNameAndArgumentsSoFar) {
   ASSERT_EQ(c.names.size(), 1u);
   EXPECT_EQ(c.names[0], "f");
   EXPECT_EQ(c.args[0], "{\"a\": 1");
+}
+
+// A forced call (tool_choice required / a named function) cut short by max_tokens before its
+// name: no markup comes back as content (it used to: "<tool_"), and a named tool_choice gives
+// its call with arguments "" (OpenAI answers a cut forced call with the call, finish "length").
+TEST(ToolCallParser, AForcedCallCutBeforeItsNameIsNoContent) {
+  for (size_t piece : {1, 3, 1000}) {
+    for (const std::string cut : {"", "  ", "<tool_", "<tool_call>\n", "<tool_call>\n{\"na", "<tool_call>\n{\"name\": \"get_w"}) {
+      auto named = parse_in_pieces(tool_format::hermes, cut, piece, true, "get_weather");
+      EXPECT_EQ(named.content, "") << cut;
+      ASSERT_EQ(named.names.size(), 1u) << cut;
+      EXPECT_EQ(named.names[0], "get_weather");
+      EXPECT_EQ(named.args[0], "");
+      auto required = parse_in_pieces(tool_format::hermes, cut, piece, true);
+      EXPECT_EQ(required.content, "") << cut;
+      EXPECT_TRUE(required.names.empty()) << cut;
+    }
+    for (auto f : {tool_format::llama3, tool_format::mistral}) {
+      auto named = parse_in_pieces(f, f == tool_format::llama3 ? "{\"name\": \"get" : "[TOOL_CA", piece, true, "get_weather");
+      EXPECT_EQ(named.content, "");
+      ASSERT_EQ(named.names.size(), 1u);
+      EXPECT_EQ(named.names[0], "get_weather");
+    }
+    // Cut right after the name: the call, its arguments "" (not "{}": none were written).
+    auto named_only = parse_in_pieces(tool_format::hermes, "<tool_call>\n{\"name\": \"f\", \"argu", piece, true, "f");
+    ASSERT_EQ(named_only.names.size(), 1u);
+    EXPECT_EQ(named_only.args[0], "");
+    // Cut after the name: the name and the arguments so far, as without `forced`.
+    auto late = parse_in_pieces(tool_format::hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1", piece, true, "f");
+    ASSERT_EQ(late.names.size(), 1u);
+    EXPECT_EQ(late.args[0], "{\"a\": 1");
+    EXPECT_EQ(late.content, "");
+  }
+  // Not forced: unchanged, what was written is content.
+  EXPECT_EQ(parse_in_pieces(tool_format::hermes, "<tool_", 2).content, "<tool_");
 }
 
 TEST(ToolCallParser, ArgumentsBeforeNameAreSentWhole) {
