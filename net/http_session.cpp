@@ -619,7 +619,11 @@ class http_session : public std::enable_shared_from_this<http_session> {
     std::string text;                            // not streamed: the whole text
     std::string finish_reason;
     std::vector<token_logprob_entry> logprobs;   // not streamed: every token's
-    int64_t piece_bytes = 0;                     // streamed completions: text_offset so far
+    // Tokens whose text the streamer still holds back (a possible stop string, an unfinished
+    // UTF-8 character): their logprobs go out with that text, or are dropped with it, so that
+    // the logprobs cover exactly the text returned.
+    std::vector<token_logprob_entry> held_logprobs;
+    int64_t piece_chars = 0;                     // streamed completions: text_offset so far
     actors::usage_info usage;
     // Chat with tools offered: the reply is read for calls (structured/tool_calls.hpp).
     std::optional<structured::tool_call_parser> tool_parser;
@@ -646,18 +650,14 @@ class http_session : public std::enable_shared_from_this<http_session> {
     head_.created = unix_now();
     head_.model = req.model.empty() ? ctx_.inf.model_name() : req.model;
     head_.logprobs = req.logprobs;
-    head_.text_offset_base = static_cast<int64_t>(echo_.size());
+    head_.text_offset_base = utf8_chars(echo_);
     req.spec.tenant = tenant;
     stream_.expires_never();
     ++generation_;
     choices_.clear();
     for (int32_t i = 0; i < req.n; ++i) choices_.emplace_back(ctx_.met);
-    if (chat_ && !req.spec.tools.empty() && req.spec.tool_choice != actors::tool_choice::none)
-      for (auto& c : choices_)
-        c.tool_parser.emplace(ctx_.inf.tool_format(),
-                              req.spec.tool_choice == actors::tool_choice::required ||
-                                  req.spec.tool_choice == actors::tool_choice::function,
-                              req.spec.tool_choice_name);
+    if (chat_)
+      for (auto& c : choices_) c.tool_parser = tool_parser_for(ctx_.inf, req.spec);
     n_ended_ = 0;
     others_submitted_ = req.n == 1;
     spec_ = std::move(req.spec);
@@ -739,8 +739,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
   // A token event of choice i: buffered (whole answers) or streamed as chunks.
   void on_token(choice_state& c, size_t i, const actors::token_event& t) {
     std::vector<token_logprob_entry> lp;
-    if (logprobs_) lp.push_back(logprob_entry(t));
     if (c.tool_parser) {
+      if (logprobs_) lp.push_back(logprob_entry(t));
       auto ds = c.tool_parser->push(t.text);
       if (!streaming_) {
         for (const auto& d : ds) c.text += d.content;
@@ -749,27 +749,44 @@ class http_session : public std::enable_shared_from_this<http_session> {
       }
       return stream_tool_deltas(i, ds, logprobs_ ? &lp : nullptr);
     }
+    if (logprobs_) {
+      c.held_logprobs.push_back(logprob_entry(t));
+      if (!t.text.empty()) lp.swap(c.held_logprobs);  // its text, and any held before, comes out
+    }
     if (!streaming_) {
       c.text += t.text;
-      if (logprobs_) c.logprobs.push_back(std::move(lp.front()));
+      for (auto& e : lp) c.logprobs.push_back(std::move(e));
       return;
     }
-    if (t.text.empty() && !logprobs_) return;
+    if (t.text.empty()) return;
     ensure_sse_head();
+    queue_text_chunk(c, i, t.text, lp);
+  }
+
+  // A streamed chunk of choice i's text with the logprobs of the tokens that made it.
+  void queue_text_chunk(choice_state& c, size_t i, std::string_view text, const std::vector<token_logprob_entry>& lp) {
     chunk_spec cs;
     cs.index = static_cast<int32_t>(i);
-    cs.text = t.text;
+    cs.text = text;
     if (logprobs_) {
       cs.logprobs = &lp;
-      cs.text_offset = head_.text_offset_base + c.piece_bytes;
-      c.piece_bytes += static_cast<int64_t>(lp.front().piece.size());
+      cs.text_offset = head_.text_offset_base + c.piece_chars;
+      for (const auto& e : lp) c.piece_chars += utf8_chars(e.piece);
     }
     queue_chunk(chunk(cs));
   }
 
   // Choice i's done or error event.
   void on_final(choice_state& c, size_t i, const actors::event& e) {
-    if (auto* d = std::get_if<actors::done_event>(&e)) {
+    auto* d = std::get_if<actors::done_event>(&e);
+    // A deadline that passed before the first token (in the queue, or during the prompt's
+    // prefill) is a 504, as the error event of one that passed while queued is: a 200 with no
+    // text would read as an empty answer. (With n > 1 the other choices' text stands.)
+    if (d && d->finish_reason == actors::finish::deadline && d->usage.completion_tokens == 0 && d->text.empty() &&
+        choices_.size() == 1 && !head_sent_)
+      return on_final(c, i, actors::error_event{d->request_id, actors::errc::deadline,
+                                                "the deadline (deadline_ms) passed before the first token", 0});
+    if (d) {
       c.ended = true;
       c.finish_reason = d->finish_reason;
       c.usage = d->usage;
@@ -788,19 +805,23 @@ class http_session : public std::enable_shared_from_this<http_session> {
           cs.finish_reason = c.finish_reason;
           queue_chunk(chunk(cs));
         }
-      } else if (!streaming_) {
-        c.text += d->text;
       } else {
-        ensure_sse_head();
-        chunk_spec cs;
-        cs.index = static_cast<int32_t>(i);
-        if (!d->text.empty()) {
-          cs.text = d->text;
+        // The held text that comes out at the end brings its tokens' logprobs; with none (a stop
+        // string cut it), they go with it.
+        std::vector<token_logprob_entry> lp;
+        if (!d->text.empty()) lp.swap(c.held_logprobs);
+        c.held_logprobs.clear();
+        if (!streaming_) {
+          c.text += d->text;
+          for (auto& e : lp) c.logprobs.push_back(std::move(e));
+        } else {
+          ensure_sse_head();
+          if (!d->text.empty()) queue_text_chunk(c, i, d->text, lp);
+          chunk_spec cs;
+          cs.index = static_cast<int32_t>(i);
+          cs.finish_reason = d->finish_reason;
           queue_chunk(chunk(cs));
         }
-        cs.text = {};
-        cs.finish_reason = d->finish_reason;
-        queue_chunk(chunk(cs));
       }
       if (n_ended_ < choices_.size()) return;
       ended_ = true;

@@ -90,4 +90,16 @@ class inference {
   }
 };
 
+// How the reply of `spec` is read for tool calls (HTTP and WebSocket alike): in the model's
+// format; forced when tool_choice requires a call (no text is content then); knowing the offered
+// functions' names, so that a call of any other is text, not a call. None without tools or with
+// tool_choice "none".
+inline std::optional<structured::tool_call_parser> tool_parser_for(const inference& inf, const actors::request_spec& spec) {
+  if (spec.tools.empty() || spec.tool_choice == actors::tool_choice::none) return std::nullopt;
+  std::vector<std::string> names;
+  for (const auto& t : spec.tools) names.push_back(t.name);
+  const bool forced = spec.tool_choice == actors::tool_choice::required || spec.tool_choice == actors::tool_choice::function;
+  return structured::tool_call_parser(inf.tool_format(), forced, spec.tool_choice_name, std::move(names));
+}
+
 }  // namespace troupe::net

@@ -23,7 +23,8 @@ api_error from_pipeline_error(const actors::error_event& ev, std::string_view in
     e.status = 400;
     if (c == errc::context_length) e.param = std::string(input_field);  // as OpenAI names it
     if (c == errc::invalid_request) {
-      const std::string_view lead = std::string_view(e.message).substr(0, e.message.find(' '));
+      std::string_view lead = std::string_view(e.message).substr(0, e.message.find(' '));
+      if (!lead.empty() && lead.back() == ':') lead.remove_suffix(1);  // "speculative: no method 'x' ..."
       for (std::string_view f : {TROUPE_COMMON_FIELDS, "logprobs"})
         if (lead == f) e.param = std::string(f);
       if (e.param == "max_tokens" && max_tokens_field != "max_tokens") {
@@ -48,6 +49,12 @@ api_error from_pipeline_error(const actors::error_event& ev, std::string_view in
     e.type = "server_error";
   }
   return e;
+}
+
+int64_t utf8_chars(std::string_view text) {
+  return static_cast<int64_t>(std::count_if(text.begin(), text.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
 }
 
 std::string error_json(const api_error& e) {
@@ -268,7 +275,7 @@ void write_text_logprobs(json_writer& w, const std::vector<token_logprob_entry>&
   w.end_array().key("text_offset").begin_array();
   for (const auto& e : entries) {
     w.value(offset);
-    offset += static_cast<int64_t>(e.piece.size());
+    offset += utf8_chars(e.piece);
   }
   w.end_array().end_object();
 }

@@ -74,7 +74,7 @@ struct completion_result {
   std::string finish_reason;
   std::vector<choice_result> choices;
   bool logprobs = false;          // write each choice's logprobs (else `logprobs: null`)
-  int64_t text_offset_base = 0;   // completions' text_offset of the first token (the echoed prompt's length)
+  int64_t text_offset_base = 0;   // completions' text_offset of the first token (the echoed prompt's length, in characters)
   actors::usage_info usage;
 };
 
@@ -88,11 +88,15 @@ inline constexpr std::string_view sse_done = "data: [DONE]\n\n";
 // A streamed chunk. `role_only`: the first chat chunk, carrying {"role":"assistant"}.
 // A chunk with `finish_reason` set ends the choice; `usage` adds the usage object (and, for
 // the usage-only chunk OpenAI sends with include_usage, `choices` is empty when `no_choices`).
+// Characters (Unicode code points) in UTF-8 text: the bytes that do not continue a sequence.
+// Completions' `text_offset` counts characters, as OpenAI's and vLLM's (Python string indexes).
+int64_t utf8_chars(std::string_view text);
+
 struct chunk_spec {
   int32_t index = 0;  // the choice
   std::string_view text;
   // With completion_result::logprobs: this chunk's tokens (may be empty); `text_offset` is the
-  // completion text's length before them (completions).
+  // completion text's length before them, in characters (completions).
   const std::vector<token_logprob_entry>* logprobs = nullptr;
   int64_t text_offset = 0;
   bool role_only = false;

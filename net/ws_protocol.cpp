@@ -2,24 +2,48 @@
 
 #include "net/detail/request_reader.hpp"
 #include "net/json_writer.hpp"
+#include "net/openai_codec.hpp"
 
 namespace troupe::net {
 
 namespace dom = simdjson::dom;
 
+namespace {
+
+// The id may be a string or an integer; it is echoed back as a string. False for another type.
+bool read_id(const dom::element& e, std::string& out) {
+  if (e.is_string()) out = std::string(std::string_view(e));
+  else if (e.is_int64()) out = std::to_string(int64_t(e));
+  else if (e.is_uint64()) out = std::to_string(uint64_t(e));
+  else return false;
+  return true;
+}
+
+// The id of a frame refused for a key given twice (parse_object keeps no object then): read
+// again from the text, when exactly one top-level `id` is there.
+std::string id_of_refused(std::string_view text) {
+  thread_local dom::parser parser;  // not request_reader's: that one's DOM is its own business
+  dom::object obj;
+  if (parser.parse(text.data(), text.size()).get(obj) != simdjson::SUCCESS) return {};
+  std::string id;
+  int seen = 0;
+  for (auto kv : obj)
+    if (kv.key == "id" && (++seen > 1 || !read_id(kv.value, id))) return {};
+  return id;
+}
+
+}  // namespace
+
 parsed_frame parse_client_frame(std::string_view text) {
   parsed_frame out;
   dom::object obj;
-  if (!detail::parse_object(text, obj, out.error)) return out;
+  if (!detail::parse_object(text, obj, out.error)) {
+    if (out.error.code == "duplicate_key") out.id = id_of_refused(text);
+    return out;
+  }
   detail::reader r{obj, std::nullopt, {}};
   client_frame f;
-  // The id may be a string or an integer; it is echoed back as a string.
-  if (auto e = r.get("id")) {
-    if (e->is_string()) f.id = std::string(std::string_view(*e));
-    else if (e->is_int64()) f.id = std::to_string(int64_t(*e));
-    else if (e->is_uint64()) f.id = std::to_string(uint64_t(*e));
-    else r.wrong("id", "a string or an integer", *e);
-  }
+  if (auto e = r.get("id"); e && !read_id(*e, f.id)) r.wrong("id", "a string or an integer", *e);
   out.id = f.id;
   std::string type;
   r.str("type", type);
@@ -36,6 +60,7 @@ parsed_frame parse_client_frame(std::string_view text) {
                              "tool_choice", "logprobs", "top_logprobs"});
     need_id();
     detail::read_common(r, f.spec, 100.0f);  // the sampler's range
+    if (r.get("max_completion_tokens")) f.max_tokens_field = "max_completion_tokens";
     // logprobs: each token frame carries its logprob; top_logprobs (0..20) adds the alternatives.
     r.boolean("logprobs", f.spec.logprobs);
     int64_t top = 0;
@@ -55,6 +80,7 @@ parsed_frame parse_client_frame(std::string_view text) {
       r.err = bad_request("'tools' go with 'messages' (a chat), not 'prompt'", "tools");
     if (!r.err && !f.spec.messages.empty() && seen)
       r.err = bad_request("'generate' takes 'messages' or 'prompt', not both", "prompt");
+    f.input_field = seen ? "prompt" : "messages";
     r.str("resume_key", f.resume_key);
     if (!r.err && r.get("resume_key") && (f.resume_key.size() < 16 || f.resume_key.size() > 256))
       r.err = bad_request("'resume_key' must be 16 to 256 bytes (a secret only this client knows)", "resume_key");
@@ -155,13 +181,24 @@ std::string done_frame(std::string_view id, const actors::done_event& d, const s
   return w.take();
 }
 
-std::string error_frame(std::string_view id, std::string_view code, std::string_view message) {
+std::string error_frame(std::string_view id, std::string_view code, std::string_view message,
+                        std::string_view param) {
   json_writer w;
   w.begin_object().field("type", "error");
   w.key("id");
   if (id.empty()) w.null(); else w.value(id);
-  w.field("code", code).field("message", message).end_object();
+  w.field("code", code).field("message", message);
+  w.key("param");
+  if (param.empty()) w.null(); else w.value(param);
+  w.end_object();
   return w.take();
+}
+
+std::string error_frame(std::string_view id, const api_error& e) { return error_frame(id, e.code, e.message, e.param); }
+
+std::string pipeline_error_frame(std::string_view id, const actors::error_event& e, std::string_view input_field,
+                                 std::string_view max_tokens_field) {
+  return error_frame(id, from_pipeline_error(e, input_field, max_tokens_field));
 }
 
 std::string pong_frame(std::string_view id) {

@@ -24,12 +24,18 @@ struct client_frame {
   // resume: the same secret.
   std::string resume_key;
   std::string key;              // auth
+  // generate: how the frame spelt its length cap (`max_tokens`, or `max_completion_tokens`) and
+  // which input it gave (`messages` or `prompt`), so that a pipeline error names them as sent.
+  std::string max_tokens_field = "max_tokens";
+  std::string input_field;
 };
 
 struct parsed_frame {
   std::optional<client_frame> frame;
   api_error error;
-  std::string id;  // the frame's id when it could be read, so the error frame can name it
+  // The frame's id when it could be read, so the error frame can name it: also for a frame
+  // refused for a key given twice, unless the key twice is `id`.
+  std::string id;
 };
 
 parsed_frame parse_client_frame(std::string_view text);
@@ -44,7 +50,16 @@ std::string token_logprobs_json(std::string_view piece, float logprob,
 // `calls`: the tool calls read from the reply (a request with tools), as OpenAI shapes them.
 std::string done_frame(std::string_view id, const actors::done_event& d,
                        const std::vector<actors::tool_call>& calls = {});
-std::string error_frame(std::string_view id, std::string_view code, std::string_view message);
+// {"type":"error","id":..,"code":..,"message":..,"param":..}: `id` and `param` (the field at
+// fault) are null when empty.
+std::string error_frame(std::string_view id, std::string_view code, std::string_view message,
+                        std::string_view param = {});
+std::string error_frame(std::string_view id, const api_error& e);
+// The error frame of a generate's pipeline error (admission's refusals, a prompt over the
+// context, ...): the HTTP codec's mapping (from_pipeline_error) gives its `param`, with the
+// generate's spelling of max_tokens and its input field (client_frame's).
+std::string pipeline_error_frame(std::string_view id, const actors::error_event& e, std::string_view input_field,
+                                 std::string_view max_tokens_field);
 // {"type":"pong"}, with the ping's `id` when it had one.
 std::string pong_frame(std::string_view id = {});
 

@@ -144,8 +144,9 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     if (p.id.size() > max_id_bytes)  // not echoed: that is what the bound is for
       return send(error_frame({}, "invalid_request",
                               "'id' is " + std::to_string(p.id.size()) + " bytes; at most " +
-                                  std::to_string(max_id_bytes) + " are allowed"));
-    if (!p.frame) return send(error_frame(p.id, p.error.code, p.error.message));
+                                  std::to_string(max_id_bytes) + " are allowed",
+                              "id"));
+    if (!p.frame) return send(error_frame(p.id, p.error));
     auto& f = *p.frame;
     if (f.type == frame_type::ping) return send(pong_frame(f.id));
     if (f.type == frame_type::auth) return auth(f);
@@ -213,7 +214,8 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
         if (b.token >= nv)
           return send(error_frame(f.id, "invalid_request",
                                   "'logit_bias." + std::to_string(b.token) + "': token " + std::to_string(b.token) +
-                                      " is outside the vocabulary (0.." + std::to_string(nv - 1) + ")"));
+                                      " is outside the vocabulary (0.." + std::to_string(nv - 1) + ")",
+                                  "logit_bias." + std::to_string(b.token)));
     }
     // Ended streams leave the socket's list (their records stay in the store for the window).
     for (auto it = streams_.begin(); it != streams_.end();) it = it->second->ended() ? streams_.erase(it) : std::next(it);
@@ -234,17 +236,14 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     // With tools offered the reply is read for calls, which the done frame carries (token frames
     // carry the text as generated).
     std::shared_ptr<structured::tool_call_parser> tools;
-    if (!f.spec.tools.empty() && f.spec.tool_choice != actors::tool_choice::none)
-      tools = std::make_shared<structured::tool_call_parser>(
-          ctx_.inf.tool_format(),
-          f.spec.tool_choice == actors::tool_choice::required || f.spec.tool_choice == actors::tool_choice::function,
-          f.spec.tool_choice_name);
+    if (auto p = tool_parser_for(ctx_.inf, f.spec)) tools = std::make_shared<structured::tool_call_parser>(std::move(*p));
     // Runs on pipeline threads, one event at a time: records into the stream (which forwards to
     // whoever is attached).
     const bool logprobs = f.spec.logprobs;
     const bool with_top = f.spec.sampling.n_logprobs > 0;
     auto on_event = [rec, id, &met, recorder = request_recorder(met), window, hold, tools, logprobs, with_top,
-                     &inf = ctx_.inf](const actors::event& e) mutable {
+                     &inf = ctx_.inf, input_field = f.input_field,
+                     max_tokens_field = f.max_tokens_field](const actors::event& e) mutable {
       const auto now = std::chrono::steady_clock::now();
       recorder.record(e, now);
       if (auto* t = std::get_if<actors::token_event>(&e)) {
@@ -271,7 +270,8 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
       } else {
         const auto& er = std::get<actors::error_event>(e);
         met.count_request("ws", er.code);
-        rec->finish(error_frame(id, er.code, er.message), now, window, std::move(*hold));
+        // Named as the client spelt its fields (max_completion_tokens, say), as over HTTP.
+        rec->finish(pipeline_error_frame(id, er, input_field, max_tokens_field), now, window, std::move(*hold));
       }
     };
     // Manual acks: a token counts as consumed once its frame is written (stream_record) and the

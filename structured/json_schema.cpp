@@ -603,11 +603,14 @@ class generator {
     if ((has_fmt && has_pat) || ((has_fmt || has_pat) && has_len))
       return fail("only one of format, pattern and minLength/maxLength may constrain a string", ptr);
     if (has_fmt) {
+      static const std::string label = "[a-zA-Z0-9] ([a-zA-Z0-9-]{0,61} [a-zA-Z0-9])?";
       static const std::map<std::string_view, std::string> formats = {
           {"date", "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])"},
           {"time", "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? (\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])"},
           {"uuid", "[0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}"},
-          {"email", "[a-zA-Z0-9._%+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} (\".\" [a-zA-Z0-9-]{1,63}){1,3}"},
+          // RFC 5321: a domain of two to four labels, each 1-63 letters, digits and hyphens that
+          // starts and ends with a letter or digit (it admitted "x@-.-" before).
+          {"email", "[a-zA-Z0-9._%+-]{1,64} \"@\" " + label + " (\".\" " + label + "){1,3}"},
       };
       std::string body;
       if (fmt == "date-time") {

@@ -2,6 +2,8 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
+
 #include "structured/json_schema.hpp"
 
 namespace troupe::structured {
@@ -175,8 +177,14 @@ result<std::string> calls_grammar(tool_format f, const std::vector<tool_def>& to
   return rules;
 }
 
-tool_call_parser::tool_call_parser(tool_format f, bool forced, std::string forced_name)
-    : f_(f), forced_(forced), forced_name_(std::move(forced_name)) {}
+tool_call_parser::tool_call_parser(tool_format f, bool forced, std::string forced_name,
+                                   std::vector<std::string> known_names)
+    : f_(f), forced_(forced), forced_name_(std::move(forced_name)), known_names_(std::move(known_names)) {}
+
+bool tool_call_parser::offered(const std::string& name) const {
+  return forced_ || known_names_.empty() ||
+         std::find(known_names_.begin(), known_names_.end(), name) != known_names_.end();
+}
 
 void tool_call_parser::cut_short(std::vector<delta>& out) {
   // A forced reply that ended before its call's name: no content, and the call tool_choice named
@@ -261,6 +269,13 @@ std::vector<tool_call_parser::delta> tool_call_parser::scan(bool at_end) {
       found.push_back({std::string(std::string_view(name)),
                        args.is_string() ? std::string(std::string_view(args)) : simdjson::minify(args)});
     }
+    // One name not offered and the reply is no call: the calls share one piece of markup, which
+    // cannot be part content, part calls.
+    for (const auto& c : found)
+      if (!offered(c.name)) {
+        found.clear();
+        break;
+      }
     if (found.empty() && forced_) {
       cut_short(out);
       return out;
@@ -303,9 +318,12 @@ std::vector<tool_call_parser::delta> tool_call_parser::scan(bool at_end) {
       std::string before = buf_.substr(0, open);
       bool blank = true;
       for (char c : before) blank = blank && is_space(c);
+      gap_.clear();
       if (!(blank && !calls_.empty())) content(std::move(before));
+      else gap_ = std::move(before);
       buf_.erase(0, open + hermes_open.size());
       in_call_ = true;
+      unknown_ = false;
       named_ = args_done_ = in_str_ = esc_ = started_ = false;
       args_from_ = args_sent_ = scan_ = 0;
       depth_ = 0;
@@ -330,11 +348,30 @@ std::vector<tool_call_parser::delta> tool_call_parser::scan(bool at_end) {
             name = std::string(std::string_view(el));
           else
             name = buf_.substr(v + 1, e - v - 1);
-          cur_name_ = name;
-          out.push_back(delta{{}, idx, std::move(name), {}});
           named_ = true;
+          if (offered(name)) {
+            cur_name_ = name;
+            out.push_back(delta{{}, idx, std::move(name), {}});
+          } else {
+            unknown_ = true;  // decided before its name goes out: no call
+          }
         }
       }
+    }
+    if (unknown_) {
+      // A call of a function not offered: its markup, as written, is content once it is whole.
+      const size_t close = buf_.find(hermes_close);
+      if (close == std::string::npos && !at_end) return out;
+      content(gap_ + std::string(hermes_open) + buf_.substr(0, close) +
+              (close == std::string::npos ? "" : std::string(hermes_close)));
+      gap_.clear();
+      in_call_ = unknown_ = false;
+      if (close == std::string::npos) {
+        buf_.clear();
+        return out;
+      }
+      buf_.erase(0, close + hermes_close.size());
+      continue;
     }
     if (named_ && args_from_ == 0) {
       size_t v = value_after_key(buf_, "\"arguments\"");
@@ -405,9 +442,9 @@ std::vector<tool_call_parser::delta> tool_call_parser::scan(bool at_end) {
       cut_short(out);
       return out;
     }
-    if (!named_ && c.name.empty()) {
-      // Not a call after all: what the model wrote is content.
-      content(std::string(hermes_open) + body + (close == std::string::npos ? "" : std::string(hermes_close)));
+    if (!named_ && (c.name.empty() || !offered(c.name))) {
+      // Not a call after all (no name, or one not offered): what the model wrote is content.
+      content(gap_ + std::string(hermes_open) + body + (close == std::string::npos ? "" : std::string(hermes_close)));
     } else {
       if (!named_) out.push_back(delta{{}, idx, c.name, {}});
       // Arguments not streamed (not found while scanning, or written before the name): send them now,
@@ -426,6 +463,7 @@ std::vector<tool_call_parser::delta> tool_call_parser::scan(bool at_end) {
       calls_.push_back(std::move(c));
     }
     in_call_ = false;
+    gap_.clear();
     if (close == std::string::npos) {
       buf_.clear();
       return out;

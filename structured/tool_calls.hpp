@@ -56,7 +56,12 @@ class tool_call_parser {
   // `forced_name`), so nothing in it is content: a reply cut short (max_tokens) before a call's
   // name was complete gives no content (the markup written so far is dropped) and, when the
   // function is known from tool_choice, a call of it with arguments "" (the name comes first).
-  explicit tool_call_parser(tool_format f, bool forced = false, std::string forced_name = {});
+  // `known_names`: the offered tools' names. When not empty, a call naming anything else is not a
+  // call (the model made the name up, or took the user's text for one): its markup, as written,
+  // is content, and it takes no call number. Empty: any name is accepted. A forced reply ignores
+  // it (its grammar admits only the offered names, and nothing in it may be content).
+  explicit tool_call_parser(tool_format f, bool forced = false, std::string forced_name = {},
+                            std::vector<std::string> known_names = {});
 
   struct delta {
     std::string content;          // plain text (not part of a call)
@@ -74,6 +79,7 @@ class tool_call_parser {
  private:
   std::vector<delta> scan(bool at_end);
   void cut_short(std::vector<delta>& out);
+  bool offered(const std::string& name) const;
 
   tool_format f_;
   std::string buf_;        // text not yet released
@@ -91,6 +97,11 @@ class tool_call_parser {
   bool whole_ = false;     // llama3 / mistral: the call is the whole reply; read at the end
   bool forced_ = false;
   std::string forced_name_;
+  std::vector<std::string> known_names_;
+  // hermes: the current call names a function not offered; it becomes content at its closing
+  // marker (or the end), with gap_, the whitespace before it that a call would have swallowed.
+  bool unknown_ = false;
+  std::string gap_;
   std::vector<function_call> calls_;
 };
 

@@ -383,7 +383,7 @@ void read_common(reader& r, actors::request_spec& s, float max_temperature) {
   r.real("repetition_penalty", s.sampling.repetition_penalty);
   // OpenAI's API takes temperature in [0, 2] (its 400 names it); the sampler's own range, which
   // the WebSocket protocol keeps, is [0, 100] (sampling_params::validate, below).
-  if (!r.err && s.sampling.temperature > max_temperature) {
+  if (!r.err && !(s.sampling.temperature >= 0.0f && s.sampling.temperature <= max_temperature)) {
     char range[40];
     std::snprintf(range, sizeof range, "'temperature' must be in [0, %g]", static_cast<double>(max_temperature));
     r.err = bad_request(range, "temperature");
@@ -413,7 +413,7 @@ void read_common(reader& r, actors::request_spec& s, float max_temperature) {
     } else if (e->is_string() && !std::string_view(*e).empty()) {
       s.speculative = std::string(std::string_view(*e));
     } else if (!r.err) {
-      r.err = bad_request("'speculative' must be a method name (\"ngram\", \"suffix\", \"off\") or false", "speculative");
+      r.err = bad_request("'speculative' must be a method name (\"ngram\", \"suffix\", \"draft\", \"off\") or false", "speculative");
     }
   }
   int64_t deadline = 0;

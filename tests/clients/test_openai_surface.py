@@ -357,6 +357,55 @@ def test_completion_logprobs(client):
     assert e.value.body["param"] == "logprobs"
 
 
+def test_logprobs_cover_exactly_the_text_a_stop_string_left(client):
+    """The tokens of a stop string (held back by the streamer, then cut) are not in the logprobs:
+    they used to be, so the tokens ran past the text and text_offset past its end."""
+    kw = dict(model=MODEL_NAME, prompt="1, 2, 3, 4, 5, 6,", max_tokens=12, temperature=0, logprobs=1, stop=[" 9"],
+              extra_body={"cache": False})
+    r = client.completions.create(**kw)
+    ch = r.choices[0]
+    assert ch.finish_reason == "stop" and " 9" not in ch.text, ch
+    assert "".join(ch.logprobs.tokens) == ch.text
+    assert all(o < len(ch.text) for o in ch.logprobs.text_offset)
+    chunks = list(client.completions.create(stream=True, **kw))
+    streamed = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
+    assert streamed == ch.logprobs.tokens
+    msg = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "Count: 1, 2, 3, 4, 5, 6,"}],
+                                         max_tokens=12, temperature=0, logprobs=True, stop=[" 9"],
+                                         extra_body={"cache": False}).choices[0]
+    assert "".join(t.token for t in msg.logprobs.content) == msg.message.content
+
+
+def test_completion_text_offset_counts_characters(client):
+    """text_offset indexes the text as a string (characters), as OpenAI's and vLLM's do: after a
+    Chinese character (3 UTF-8 bytes) it used to run 2 ahead per character."""
+    r = client.completions.create(model=MODEL_NAME, prompt="Translate to Chinese: I love cats and dogs.", max_tokens=30,
+                                  temperature=0, logprobs=1, extra_body={"cache": False})
+    ch = r.choices[0]
+    assert any(ord(x) > 0x7F for x in ch.text), ch.text  # the case needs a character of several bytes
+    checked = 0
+    for offset, tok in zip(ch.logprobs.text_offset, ch.logprobs.tokens):
+        if "\ufffd" in tok:  # part of a character: no whole text to find
+            continue
+        assert ch.text[offset:].startswith(tok), (offset, tok, ch.text)
+        checked += 1
+    assert checked > 0
+
+
+def test_a_deadline_that_passes_before_the_first_token_is_504(client):
+    """Passed during the prompt's prefill (1,500 words in 5 ms), not only in the queue: it used to
+    be a 200 with empty content and finish_reason "deadline"."""
+    prompt = " ".join(["word"] * 1500)
+    for stream in (False, True):
+        with pytest.raises(openai.APIStatusError) as e:
+            r = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": prompt}],
+                                               max_tokens=8, stream=stream, extra_body={"cache": False, "deadline_ms": 5})
+            if stream:
+                list(r)
+        assert e.value.status_code == 504, e.value
+        assert e.value.body["code"] == "deadline"
+
+
 def test_n_two_greedy_gives_two_equal_choices_and_sums_usage(client):
     one = chat(client, extra_body={"cache": False})
     r = chat(client, n=2, extra_body={"cache": False})

@@ -203,6 +203,30 @@ def test_a_forced_call_cut_short_returns_no_markup(client, max_tokens):
             assert not choice.message.tool_calls, choice.message
 
 
+def test_auto_never_returns_a_call_of_a_function_not_offered(client):
+    # The model writes a hermes call of "weather London" (its user asked in that markup): not one
+    # of `tools`, so it is text, not a call an agent loop would try to dispatch.
+    messages = [{"role": "system", "content": "You are a function-calling assistant. Always call a tool."},
+                {"role": "user", "content": "<tool_call> weather London"}]
+    weather = {"type": "function", "function": {
+        "name": "get_weather", "description": "Get the current weather for a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    for stream in (False, True):
+        r = client.chat.completions.create(model=MODEL_NAME, messages=messages, tools=[weather], max_tokens=60,
+                                           temperature=0, stream=stream)
+        if stream:
+            content, names = "", []
+            for chunk in r:
+                for ch in chunk.choices:
+                    content += ch.delta.content or ""
+                    names += [tc.function.name for tc in ch.delta.tool_calls or [] if tc.function and tc.function.name]
+        else:
+            msg = r.choices[0].message
+            content, names = msg.content or "", [c.function.name for c in msg.tool_calls or []]
+        assert set(names) <= {"get_weather"}, (stream, names, content)
+        assert '<tool_call>\n{"name": "weather London"' in content, (stream, content)  # as the model wrote it
+
+
 def test_agent_loop_call_result_answer(client):
     messages = [{"role": "user", "content": "What is the weather in Paris? Use the tool."}]
     first = client.chat.completions.create(model=MODEL_NAME, messages=messages, tools=[WEATHER_TOOL],

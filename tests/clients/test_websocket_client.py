@@ -327,6 +327,38 @@ def test_bad_frames_get_error_frames_and_the_connection_goes_on(server):
     run(body())
 
 
+def test_error_frames_name_the_field_and_echo_a_readable_id(server):
+    """A refusal names the field in `param` as the client spelt it (the server's max_tokens cap
+    named as `max_completion_tokens` when that was sent), and a frame with a key twice still gets
+    its id back, so that a client waiting on that id hears the refusal."""
+    cases = [
+        (json.dumps({"type": "generate", "id": "cap1", "prompt": "a", "max_completion_tokens": 99999}),
+         "cap1", "invalid_request", "max_completion_tokens", "max_completion_tokens 99999 exceeds"),
+        (json.dumps({"type": "generate", "id": "cap2", "prompt": "a", "max_tokens": 99999}),
+         "cap2", "invalid_request", "max_tokens", "max_tokens 99999 exceeds"),
+        ('{"type":"generate","id":"u2","prompt":"a","max_tokens":1,"max_tokens":2}',
+         "u2", "duplicate_key", "max_tokens", "duplicate key 'max_tokens'"),
+        ('{"type":"generate","id":"u3","id":"u4","prompt":"a"}', None, "duplicate_key", "id", "duplicate key 'id'"),
+        (json.dumps({"type": "generate", "id": "t1", "prompt": "a", "temperature": "hot"}),
+         "t1", "invalid_request", "temperature", None),
+        (json.dumps({"type": "generate", "id": "x" * 300, "prompt": "a"}), None, "invalid_request", "id",
+         "'id' is 300 bytes"),
+    ]
+
+    async def body():
+        async with connect(server.ws_url) as ws:
+            for frame, rid, code, param, lead in cases:
+                await ws.send(frame)
+                f = await recv_json(ws)
+                assert (f["type"], f["id"], f["code"], f["param"]) == ("error", rid, code, param), f
+                if lead:
+                    assert f["message"].startswith(lead), f
+            await ws.send(json.dumps({"type": "cancel", "id": "nobody"}))
+            f = await recv_json(ws)
+            assert f["code"] == "unknown_id" and f["param"] is None, f
+    run(body())
+
+
 @pytest.mark.parametrize("violation, close_code", [
     ("oversized", 1009),     # over --max-ws-message: Beast fails the read, no error frame possible
     ("invalid_utf8", 1007),  # a text frame that is not UTF-8 (RFC 6455 says: fail the connection)

@@ -94,7 +94,9 @@ TEST(openai, out_of_range_integers_are_named) {
   EXPECT_EQ(hot.error.param, "temperature");
   EXPECT_NE(hot.error.message.find("[0, 2]"), std::string::npos) << hot.error.message;
   EXPECT_TRUE(chat_with(R"("temperature":2)").request);
-  EXPECT_FALSE(chat_with(R"("temperature":-0.5)").request);
+  auto cold = chat_with(R"("temperature":-0.5)");
+  ASSERT_FALSE(cold.request);
+  EXPECT_NE(cold.error.message.find("[0, 2]"), std::string::npos) << cold.error.message;  // not the sampler's 100
   EXPECT_EQ(chat_with(R"("max_completion_tokens":5)").request->max_tokens_field, "max_completion_tokens");
   EXPECT_EQ(chat_with(R"("max_tokens":5)").request->max_tokens_field, "max_tokens");
 }
@@ -475,6 +477,8 @@ TEST(openai, error_json_shape_and_status_mapping) {
   EXPECT_EQ(cap2.param, "max_completion_tokens");
   EXPECT_EQ(cap2.message, "max_completion_tokens 9000 exceeds this server's cap of 4096");
   EXPECT_EQ(from_pipeline_error({0, actors::errc::invalid_request, "top_p must be in (0, 1]", 0}).param, "top_p");
+  EXPECT_EQ(from_pipeline_error({0, actors::errc::invalid_request, "speculative: no method 'nope' (known: ngram)", 0}).param,
+            "speculative");
   EXPECT_EQ(from_pipeline_error({0, actors::errc::invalid_request, "give exactly one of messages or prompt", 0}).param, "");
   EXPECT_TRUE(valid_json(j));
   simdjson::dom::parser p;

@@ -198,3 +198,68 @@ TEST(ws_protocol, logprobs_on_the_generate_frame_and_in_token_frames) {
   EXPECT_EQ(frame.back(), '}');
   EXPECT_EQ(token_frame("a", 3, "Hi"), R"({"type":"token","id":"a","index":3,"text":"Hi"})");
 }
+
+// A frame with a key twice is refused, but its id, when readable (a string or integer `id` that
+// is not the duplicated key), is echoed: a client waiting on that id would otherwise wait forever.
+TEST(ws_protocol, a_duplicate_key_still_echoes_a_readable_id) {
+  auto dup = parse_client_frame(R"({"type":"generate","id":"u2","prompt":"a","max_tokens":1,"max_tokens":2})");
+  ASSERT_FALSE(dup.frame);
+  EXPECT_EQ(dup.error.code, "duplicate_key");
+  EXPECT_EQ(dup.error.param, "max_tokens");
+  EXPECT_EQ(dup.id, "u2");
+  auto nested = parse_client_frame(
+      R"({"type":"generate","id":7,"messages":[{"role":"user","role":"system","content":"a"}]})");
+  ASSERT_FALSE(nested.frame);
+  EXPECT_EQ(nested.error.code, "duplicate_key");
+  EXPECT_EQ(nested.id, "7");
+  // The duplicated key is the id itself: neither copy is the frame's id.
+  auto twice = parse_client_frame(R"({"type":"generate","id":"a","id":"b","prompt":"a"})");
+  EXPECT_EQ(twice.error.code, "duplicate_key");
+  EXPECT_EQ(twice.id, "");
+  // An id of another type is not guessed at.
+  auto odd = parse_client_frame(R"({"type":"cancel","id":[1],"x":1,"x":2})");
+  EXPECT_EQ(odd.error.code, "duplicate_key");
+  EXPECT_EQ(odd.id, "");
+  simdjson::dom::parser p;
+  auto f = p.parse(error_frame(dup.id, dup.error));
+  EXPECT_EQ(std::string_view(f["id"]), "u2");
+  EXPECT_EQ(std::string_view(f["code"]), "duplicate_key");
+  EXPECT_EQ(std::string_view(f["param"]), "max_tokens");
+}
+
+// A pipeline error for a generate names the field as the client spelt it (the codec's mapping,
+// as over HTTP): admission says "max_tokens ... exceeds this server's cap" whichever of
+// max_tokens / max_completion_tokens the frame carried.
+TEST(ws_protocol, a_pipeline_error_names_the_field_the_frame_spelt) {
+  const actors::error_event cap{1, "invalid_request", "max_tokens 99999 exceeds this server's cap of 4096", 0};
+  simdjson::dom::parser p;
+  auto mct = parse_client_frame(R"({"type":"generate","id":"a","prompt":"hi","max_completion_tokens":99999})");
+  ASSERT_TRUE(mct.frame) << mct.error.message;
+  EXPECT_EQ(mct.frame->max_tokens_field, "max_completion_tokens");
+  auto f = p.parse(pipeline_error_frame("a", cap, mct.frame->input_field, mct.frame->max_tokens_field));
+  EXPECT_EQ(std::string_view(f["id"]), "a");
+  EXPECT_EQ(std::string_view(f["code"]), "invalid_request");
+  EXPECT_EQ(std::string_view(f["message"]), "max_completion_tokens 99999 exceeds this server's cap of 4096");
+  EXPECT_EQ(std::string_view(f["param"]), "max_completion_tokens");
+
+  auto mt = parse_client_frame(R"({"type":"generate","id":"b","prompt":"hi","max_tokens":99999})");
+  ASSERT_TRUE(mt.frame) << mt.error.message;
+  EXPECT_EQ(mt.frame->max_tokens_field, "max_tokens");
+  auto g = p.parse(pipeline_error_frame("b", cap, mt.frame->input_field, mt.frame->max_tokens_field));
+  EXPECT_EQ(std::string_view(g["message"]), "max_tokens 99999 exceeds this server's cap of 4096");
+  EXPECT_EQ(std::string_view(g["param"]), "max_tokens");
+
+  // Other admission refusals that lead with a field name it; a prompt too long names the input
+  // the frame gave; an error with no field has a null param.
+  auto top_p = p.parse(pipeline_error_frame("b", {1, "invalid_request", "top_p must be in (0, 1]", 0}, mt.frame->input_field, mt.frame->max_tokens_field));
+  EXPECT_EQ(std::string_view(top_p["param"]), "top_p");
+  auto chat = parse_client_frame(R"({"type":"generate","id":"c","messages":[{"role":"user","content":"x"}]})");
+  ASSERT_TRUE(chat.frame) << chat.error.message;
+  auto ctx = p.parse(pipeline_error_frame("c", {1, "context_length", "the prompt is too long", 0}, chat.frame->input_field, chat.frame->max_tokens_field));
+  EXPECT_EQ(std::string_view(ctx["param"]), "messages");
+  auto ctx2 = p.parse(pipeline_error_frame("b", {1, "context_length", "the prompt is too long", 0}, mt.frame->input_field, mt.frame->max_tokens_field));
+  EXPECT_EQ(std::string_view(ctx2["param"]), "prompt");
+  auto busy = p.parse(pipeline_error_frame("b", {1, "overloaded", "the queue is full", 500}, mt.frame->input_field, mt.frame->max_tokens_field));
+  EXPECT_EQ(std::string_view(busy["code"]), "overloaded");
+  EXPECT_TRUE(busy["param"].is_null());
+}

@@ -170,6 +170,19 @@ TEST(JsonSchema, StringLengthFormatsAndPatterns) {
   EXPECT_NE(error_of(R"({"type": "string", "pattern": "(a)\\1"})").find("backreferences"), std::string::npos);
 }
 
+// RFC 5321 domains: labels start and end with a letter or digit, at least two of them. The
+// model once wrote "...%2@-.-", which the grammar admitted.
+TEST(JsonSchema, EmailDomainLabelsStartAndEndWithALetterOrDigit) {
+  schema email(R"({"type": "string", "format": "email"})");
+  for (const char* ok : {"a@b.co", "first.last+tag@sub.example.org", "x@a-b.c0", "x@a--b.example", "x@1.2"})
+    EXPECT_TRUE(email.accepts("\"" + std::string(ok) + "\"")) << ok;
+  for (const char* bad : {"x@-.-", "x@a-.com", "x@-a.com", "x@.com", "x@com.", "x@com", "x@a..com", "x@a.-", "@a.com"})
+    EXPECT_FALSE(email.accepts("\"" + std::string(bad) + "\"")) << bad;
+  const std::string l63(63, 'a');
+  EXPECT_TRUE(email.accepts("\"x@" + l63 + ".com\"")) << "a label of 63";
+  EXPECT_FALSE(email.accepts("\"x@" + l63 + "a.com\"")) << "a label of 64";
+}
+
 TEST(JsonSchema, NumericBoundsOnlyWhereHonest) {
   schema r(R"({"type": "integer", "minimum": -2, "exclusiveMaximum": 3})");
   EXPECT_TRUE(r.accepts("-2"));

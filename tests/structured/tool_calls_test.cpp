@@ -38,8 +38,8 @@ void add(collected& c, const std::vector<tool_call_parser::delta>& ds) {
 }
 
 collected parse_in_pieces(tool_format f, const std::string& text, size_t piece, bool forced = false,
-                          const std::string& forced_name = {}) {
-  tool_call_parser p(f, forced, forced_name);
+                          const std::string& forced_name = {}, const std::vector<std::string>& known = {}) {
+  tool_call_parser p(f, forced, forced_name, known);
   collected c;
   for (size_t i = 0; i < text.size(); i += piece) add(c, p.push(text.substr(i, piece)));
   add(c, p.finish());
@@ -126,6 +126,63 @@ TEST(ToolCallParser, AForcedCallCutBeforeItsNameIsNoContent) {
   }
   // Not forced: unchanged, what was written is content.
   EXPECT_EQ(parse_in_pieces(tool_format::hermes, "<tool_", 2).content, "<tool_");
+}
+
+// SmolLM2 asked to "always call a tool" and given "<tool_call> weather London" called a function
+// named "weather London" (not offered, not even a name); an agent loop would have dispatched it.
+TEST(ToolCallParser, ACallOfAFunctionNotOfferedIsContent) {
+  const std::vector<std::string> offered = {"get_weather", "get_time"};
+  const std::string made_up = "<tool_call>\n{\"name\": \"weather London\", \"arguments\": {\"city\": \"London\"}}\n</tool_call>";
+  for (size_t piece : {1, 2, 3, 5, 7, 13, 1000}) {
+    auto c = parse_in_pieces(tool_format::hermes, "Sure. " + made_up, piece, false, {}, offered);
+    EXPECT_TRUE(c.names.empty()) << piece << ": no name delta goes out for it";
+    EXPECT_EQ(c.content, "Sure. " + made_up) << piece << ": the markup as written";
+    // Without the offered names (as before): any name is a call.
+    auto any = parse_in_pieces(tool_format::hermes, made_up, piece);
+    ASSERT_EQ(any.names.size(), 1u) << piece;
+    EXPECT_EQ(any.names[0], "weather London");
+    // Cut short (max_tokens) inside it: what was written is content.
+    const std::string cut = "<tool_call>\n{\"name\": \"weather London\", \"argu";
+    auto cut_c = parse_in_pieces(tool_format::hermes, cut, piece, false, {}, offered);
+    EXPECT_TRUE(cut_c.names.empty()) << piece;
+    EXPECT_EQ(cut_c.content, cut) << piece;
+    // Between offered calls it takes no call number, and its markup (with the whitespace before
+    // it) is content; the calls around it stand.
+    const std::string mixed =
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>\n" + made_up +
+        "\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+    auto m = parse_in_pieces(tool_format::hermes, mixed, piece, false, {}, offered);
+    ASSERT_EQ(m.names.size(), 2u) << piece;
+    EXPECT_EQ(m.names[0], "get_weather");
+    EXPECT_EQ(m.args[0], "{\"city\": \"Oslo\"}");
+    EXPECT_EQ(m.names[1], "get_time");
+    EXPECT_EQ(m.args[1], "{}");
+    EXPECT_EQ(m.content, "\n" + made_up) << piece;
+    // A name prefixing an offered one is not it.
+    auto prefix = parse_in_pieces(tool_format::hermes, "<tool_call>\n{\"name\": \"get_\"}\n</tool_call>", piece, false, {}, offered);
+    EXPECT_TRUE(prefix.names.empty()) << piece;
+  }
+  for (size_t piece : {1, 3, 1000}) {
+    const std::string l3 = "{\"name\": \"weather London\", \"parameters\": {}}";
+    auto l = parse_in_pieces(tool_format::llama3, l3, piece, false, {}, offered);
+    EXPECT_TRUE(l.names.empty());
+    EXPECT_EQ(l.content, l3);
+    auto l_ok = parse_in_pieces(tool_format::llama3, "{\"name\": \"get_time\", \"parameters\": {}}", piece, false, {}, offered);
+    ASSERT_EQ(l_ok.names.size(), 1u);
+    EXPECT_EQ(l_ok.names[0], "get_time");
+    // mistral: the calls share one array; one name not offered and the reply is no call.
+    const std::string mi = "[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {}}, {\"name\": \"rm\", \"arguments\": {}}]";
+    auto m = parse_in_pieces(tool_format::mistral, mi, piece, false, {}, offered);
+    EXPECT_TRUE(m.names.empty());
+    EXPECT_EQ(m.content, mi);
+    auto m_ok = parse_in_pieces(tool_format::mistral, "[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {}}]", piece, false, {}, offered);
+    ASSERT_EQ(m_ok.names.size(), 1u);
+  }
+  // Forced: the grammar picks among the offered names, and nothing is content; unchanged.
+  auto forced = parse_in_pieces(tool_format::hermes, "<tool_call>\n{\"name\": \"get_", 2, true, "get_time", offered);
+  EXPECT_EQ(forced.content, "");
+  ASSERT_EQ(forced.names.size(), 1u);
+  EXPECT_EQ(forced.names[0], "get_time");
 }
 
 TEST(ToolCallParser, ArgumentsBeforeNameAreSentWhole) {
