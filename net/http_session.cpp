@@ -844,7 +844,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
           if (ch.tool_parser)
             for (size_t j = 0; j < ch.tool_parser->calls().size(); ++j)
               calls.push_back({call_id(k, j), ch.tool_parser->calls()[j].name, ch.tool_parser->calls()[j].arguments});
-          r.choices.push_back({echo_ + ch.text, ch.finish_reason, std::move(ch.logprobs), std::move(calls)});
+          r.choices.push_back({echo_ + ch.text, ch.finish_reason, std::move(ch.logprobs), std::move(calls),
+                               ch.tool_parser && ch.tool_parser->forced()});
         }
         return send(http::status::ok, chat_ ? chat_completion_json(r) : text_completion_json(r), "application/json");
       }
@@ -912,15 +913,23 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (head_sent_) return;
     head_sent_ = true;
     ctx_.met.count_request(endpoint_, "200");
-    std::string h = "HTTP/1.1 200 OK\r\nServer: troupe\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                    "Transfer-Encoding: chunked\r\n" + cors_header_lines();
+    // HTTP/1.0 has no chunked coding (RFC 9112 6.1: only for an HTTP/1.1 request): the events
+    // go out as they are and the closed connection ends the body.
+    chunked_ = version_ >= 11;
+    if (!chunked_) keep_alive_ = false;
+    std::string h = std::string(chunked_ ? "HTTP/1.1" : "HTTP/1.0") +
+                    " 200 OK\r\nServer: troupe\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n" +
+                    (chunked_ ? "Transfer-Encoding: chunked\r\n" : "") + cors_header_lines();
     h += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     queue_raw(std::move(h));
     // Each choice opens with its role (chat) or the echoed prompt (completions with `echo`).
     for (size_t i = 0; i < choices_.size(); ++i) {
       chunk_spec c;
       c.index = static_cast<int32_t>(i);
-      if (chat_) c.role_only = true;
+      if (chat_) {
+        c.role_only = true;
+        c.calls_only = choices_[i].tool_parser && choices_[i].tool_parser->forced();
+      }
       else if (!echo_.empty()) c.text = echo_;
       else continue;
       queue_chunk(chunk(c));
@@ -929,12 +938,13 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
   void end_sse() {
     queue_chunk(std::string(sse_done));
-    queue_raw("0\r\n\r\n");
+    if (chunked_) queue_raw("0\r\n\r\n");
     finishing_ = true;
     if (!writing_) after_stream();
   }
 
   void queue_chunk(std::string data) {
+    if (!chunked_) return queue_raw(std::move(data));
     char hex[20];
     std::snprintf(hex, sizeof hex, "%zx\r\n", data.size());
     data.insert(0, hex);
@@ -1031,6 +1041,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   bool head_request_ = false;
   std::shared_ptr<void> flight_;  // ctx_.flight() while a request is handled
   unsigned version_ = 11;
+  bool chunked_ = true;  // the stream's body in chunked coding (HTTP/1.1) or as is (HTTP/1.0)
   std::string endpoint_ = "other";
   int64_t retry_after_s_ = 0;
   const char* allow_ = nullptr;  // a 405's Allow header (RFC 9110 15.5.6): the methods the path takes

@@ -304,7 +304,7 @@ std::string completion_json(const completion_result& r, bool chat) {
     if (chat) {
       w.key("message").begin_object().field("role", "assistant");
       // With calls and no text, `content` is null, as OpenAI answers it.
-      if (c.text.empty() && !c.tool_calls.empty()) w.key("content").null();
+      if (c.text.empty() && (!c.tool_calls.empty() || c.calls_only)) w.key("content").null();
       else w.field("content", c.text);
       if (!c.tool_calls.empty()) {
         w.key("tool_calls").begin_array();
@@ -356,7 +356,9 @@ std::string chunk_json(const completion_result& head, const chunk_spec& c, bool 
     if (chat) {
       w.key("delta").begin_object();
       if (c.role_only) {
-        w.field("role", "assistant").field("content", "");
+        w.field("role", "assistant");
+        if (c.calls_only) w.key("content").null();  // as OpenAI opens a reply of tool calls
+        else w.field("content", "");
       } else if (c.call_index >= 0) {
         w.key("tool_calls").begin_array().begin_object().field("index", static_cast<int64_t>(c.call_index));
         if (!c.call_id.empty()) w.field("id", c.call_id).field("type", "function");

@@ -63,6 +63,7 @@ struct choice_result {
   std::string finish_reason;
   std::vector<token_logprob_entry> logprobs;
   std::vector<actors::tool_call> tool_calls;  // chat: the calls the reply made (content null when no text)
+  bool calls_only = false;  // chat: tool_choice forced a call (content null when no text, calls or not)
 };
 
 struct completion_result {
@@ -100,6 +101,7 @@ struct chunk_spec {
   const std::vector<token_logprob_entry>* logprobs = nullptr;
   int64_t text_offset = 0;
   bool role_only = false;
+  bool calls_only = false;  // with role_only: tool_choice forced a call, so the content is null
   std::string_view finish_reason;
   const actors::usage_info* usage = nullptr;
   bool no_choices = false;

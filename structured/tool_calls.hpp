@@ -75,6 +75,7 @@ class tool_call_parser {
   std::vector<delta> finish();
 
   const std::vector<function_call>& calls() const { return calls_; }  // complete ones so far
+  bool forced() const { return forced_; }  // the reply is calls only (no content)
 
  private:
   std::vector<delta> scan(bool at_end);

@@ -67,6 +67,25 @@ def test_oversized_headers_are_431_and_a_post_to_the_websocket_path_is_405(serve
         assert headers["allow"] == "GET", headers  # a WebSocket upgrade is a GET (it read "POST")
 
 
+def test_an_http10_stream_is_not_chunked(server):
+    """RFC 9112 6.1: chunked coding only for an HTTP/1.1 request. An HTTP/1.0 client used to get
+    chunk-size lines in its body; now the events come as they are and the close ends the body."""
+    body = b'{"messages":[{"role":"user","content":"Hi"}],"max_tokens":5,"stream":true}'
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, rest = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    assert lines[0].startswith("HTTP/1.0 200"), lines[0]
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    assert "transfer-encoding" not in headers and headers["connection"] == "close", headers
+    assert rest.startswith(b"data: {"), rest[:40]  # an event, not a chunk size
+    assert rest.rstrip().endswith(b"data: [DONE]"), rest[-40:]
+
+
 def metric(server, name):
     with urllib.request.urlopen(server.url + "/metrics", timeout=30) as r:
         for line in r.read().decode().splitlines():

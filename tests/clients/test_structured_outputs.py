@@ -165,11 +165,14 @@ def test_forced_call_of_a_named_function(client):
 def test_required_streams_the_call_as_deltas(client):
     stream = ask(client, "What time is it in Tokyo?", tools=[WEATHER_TOOL, TIME_TOOL], tool_choice="required",
                  stream=True)
-    calls, finish, pieces = {}, None, 0
+    calls, finish, pieces, first = {}, None, 0, True
     for chunk in stream:
         if not chunk.choices:
             continue
         d = chunk.choices[0].delta
+        if first:  # the role chunk of a forced reply: content null, as OpenAI opens one of tool calls
+            assert d.role == "assistant" and d.content is None, d
+            first = False
         for tc in d.tool_calls or []:
             c = calls.setdefault(tc.index, {"id": None, "name": None, "arguments": ""})
             if tc.id:
@@ -195,7 +198,7 @@ def test_a_forced_call_cut_short_returns_no_markup(client, max_tokens):
                 max_tokens=max_tokens)
         choice = r.choices[0]
         assert choice.finish_reason == "length", choice
-        assert not choice.message.content, choice.message
+        assert choice.message.content is None, choice.message  # a forced reply has no content: null, not ""
         if choice_kind != "required":
             assert [c.function.name for c in choice.message.tool_calls] == ["get_weather"], choice.message
             assert choice.message.tool_calls[0].function.arguments == ""
