@@ -24,6 +24,7 @@
 #include <deque>
 #include <functional>
 #include <optional>
+#include <random>
 #include <string_view>
 
 #include "net/auth.hpp"
@@ -45,6 +46,14 @@ using tcp = asio::ip::tcp;
 namespace {
 
 std::atomic<uint64_t> next_completion_id{1};
+// Completion ids are this process's random prefix and a count ("chatcmpl-3f9c0a1b2c4d5e6f-12"), so
+// that ids (and the tool-call ids made from them) from before a restart are never given again.
+const std::string completion_id_prefix = [] {
+  std::random_device rd;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%08x%08x", rd(), rd());
+  return std::string(hex);
+}();
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -362,7 +371,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
       endpoint_ = "models";
       if (!get) return method_not_allowed("GET, HEAD", "GET");
       if (!authorise(req)) return send_error(unauthorised());
-      return send(http::status::ok, models_json(ctx_.inf.model_name(), unix_now()), "application/json");
+      return send(http::status::ok, models_json(ctx_.inf.model_name(), ctx_.started_at), "application/json");
     }
     if (path.rfind("/v1/models/", 0) == 0) {
       // The openai client's models.retrieve(id); it percent-encodes the id (a '/' in it too).
@@ -377,7 +386,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
         e.param = "model";
         return send_error(e);
       }
-      return send(http::status::ok, model_json(ctx_.inf.model_name(), unix_now()), "application/json");
+      return send(http::status::ok, model_json(ctx_.inf.model_name(), ctx_.started_at), "application/json");
     }
     if (path == "/v1/chat/completions" || path == "/v1/completions") {
       chat_ = path == "/v1/chat/completions";
@@ -646,7 +655,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     logprobs_ = req.logprobs;
     echo_ = req.echo ? req.spec.prompt : std::string();
     head_ = completion_result{};
-    head_.id = (chat_ ? "chatcmpl-" : "cmpl-") + std::to_string(next_completion_id.fetch_add(1));
+    head_.id = (chat_ ? "chatcmpl-" : "cmpl-") + completion_id_prefix + "-" + std::to_string(next_completion_id.fetch_add(1));
     head_.created = unix_now();
     head_.model = req.model.empty() ? ctx_.inf.model_name() : req.model;
     head_.logprobs = req.logprobs;

@@ -248,7 +248,9 @@ void read_response_format(reader& r, constraint_slot& slot) {
       j.str("name", name);
       j.str("description", description);  // a hint for a model told the schema in words; the grammar is the schema
       j.boolean("strict", strict);  // the output always follows the schema, strict or not
-      if (!j.err && !name.empty()) {
+      if (!j.err && !j.get("name"))  // required, as at OpenAI (its client's parse() always sends one)
+        j.err = bad_request("'response_format.json_schema.name' is required", "response_format.json_schema.name");
+      if (!j.err) {
         const bool ok = name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
                           return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
                         });
@@ -343,7 +345,16 @@ void read_logit_bias(reader& r, actors::request_spec& s) {
       r.err = bad_request("'" + name + "' must be in [-100, 100]", name);
       return;
     }
-    s.sampling.logit_bias.push_back({static_cast<int32_t>(std::stol(std::string(k))), static_cast<float>(b)});
+    const auto token = static_cast<int32_t>(std::stol(std::string(k)));
+    // Two spellings of one id ("5" and "05") are the duplicate key a proxy would not see.
+    for (const auto& earlier : s.sampling.logit_bias)
+      if (earlier.token == token) {
+        r.err = bad_request("'logit_bias' gives token " + std::to_string(token) + " twice ('" + std::string(k) +
+                                "' and an earlier spelling)",
+                            name, "duplicate_key");
+        return;
+      }
+    s.sampling.logit_bias.push_back({token, static_cast<float>(b)});
   }
 }
 
@@ -515,6 +526,7 @@ void read_messages(reader& r, actors::request_spec& s) {
   if (!e) return;
   if (!e->is_array()) return r.wrong("messages", "an array", *e);
   size_t i = 0;
+  std::vector<std::string> call_ids;  // of the assistant messages' tool_calls so far
   for (dom::element m : dom::array(*e)) {
     const std::string at = "messages[" + std::to_string(i++) + "].";
     if (!m.is_object()) {
@@ -539,6 +551,10 @@ void read_messages(reader& r, actors::request_spec& s) {
       if (content->is_string()) {
         cm.content = std::string(std::string_view(*content));
       } else if (content->is_array()) {
+        // An empty list of parts is no content (OpenAI refuses it too); an answer that only
+        // calls tools may have none.
+        if (dom::array(*content).size() == 0 && cm.role != "assistant")
+          mr.err = bad_request("'" + at + "content' must not be an empty array", at + "content");
         size_t j = 0;
         for (dom::element part : dom::array(*content)) {
           const std::string here = at + "content[" + std::to_string(j++) + "]";
@@ -589,6 +605,12 @@ void read_messages(reader& r, actors::request_spec& s) {
       mr.str("name", cm.name);
       if (!mr.err && cm.tool_call_id.empty())
         mr.err = bad_request("'" + at + "tool_call_id' is required on a tool message", at + "tool_call_id");
+      // A result answers a call an earlier assistant message made (OpenAI refuses others too): one
+      // of no call would be rendered as the answer to nothing.
+      if (!mr.err && std::find(call_ids.begin(), call_ids.end(), cm.tool_call_id) == call_ids.end())
+        mr.err = bad_request("'" + at + "tool_call_id' \"" + cm.tool_call_id +
+                                 "\" answers no call of an earlier assistant message's 'tool_calls'",
+                             at + "tool_call_id");
     } else if (!mr.err && mr.get("tool_call_id")) {
       mr.err = bad_request("'" + at + "tool_call_id' is only read on tool messages", at + "tool_call_id");
     } else if (!mr.err && mr.get("name")) {
@@ -602,6 +624,7 @@ void read_messages(reader& r, actors::request_spec& s) {
       r.err = mr.err;
       return;
     }
+    for (const auto& c : cm.tool_calls) call_ids.push_back(c.id);
     s.messages.push_back(std::move(cm));
   }
   if (s.messages.empty()) r.err = bad_request("'messages' must not be empty", "messages");
@@ -610,6 +633,8 @@ void read_messages(reader& r, actors::request_spec& s) {
 void read_tools(reader& r, actors::request_spec& s) {
   if (auto e = r.get("tools"); e && !r.err) {
     if (!e->is_array()) return r.wrong("tools", "an array", *e);
+    if (dom::array(*e).size() == 0)  // as OpenAI: leave `tools` out to offer none
+      return void(r.err = bad_request("'tools' must not be an empty array (leave it out to offer no tools)", "tools"));
     size_t i = 0;
     for (dom::element t : dom::array(*e)) {
       const std::string here = "tools[" + std::to_string(i++) + "]";

@@ -2,6 +2,7 @@
 // Shared by the Beast translation units (server.cpp, http_session.cpp, ws_session.cpp): what
 // every session needs, and how one session hands a connection to the next.
 #include <atomic>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,6 +45,8 @@ struct server_context {
   // Requests being handled: from the moment a session starts on one until its answer's last
   // bytes are written (or its connection is gone). A drain waits for this to reach 0.
   std::atomic<int64_t> in_flight{0};
+  // When this server started (Unix seconds): /v1/models' `created`, the same on every call.
+  const int64_t started_at = static_cast<int64_t>(std::time(nullptr));
 
   // A connection from `client` (its address) counted for as long as the returned handle lives;
   // nullptr, with `why` set, when it would pass max_connections or max_connections_per_client.

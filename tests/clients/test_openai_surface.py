@@ -406,6 +406,19 @@ def test_a_deadline_that_passes_before_the_first_token_is_504(client):
         assert e.value.body["code"] == "deadline"
 
 
+def test_ids_are_not_reused_across_restarts_and_models_created_is_stable(client):
+    """Ids were "chatcmpl-1", "chatcmpl-2", ... again after every restart (a client keying on
+    them collides); /v1/models' `created` was the time of each call."""
+    a = chat(client, max_tokens=1).id
+    b = chat(client, max_tokens=1).id
+    assert a != b and a.startswith("chatcmpl-") and len(a) > len("chatcmpl-") + 12, (a, b)
+    assert a.rsplit("-", 1)[0] == b.rsplit("-", 1)[0]  # this process's random part, then a count
+    first = client.models.list().data[0].created
+    time.sleep(1.1)
+    assert client.models.list().data[0].created == first
+    assert client.models.retrieve(MODEL_NAME).created == first
+
+
 def test_n_two_greedy_gives_two_equal_choices_and_sums_usage(client):
     one = chat(client, extra_body={"cache": False})
     r = chat(client, n=2, extra_body={"cache": False})

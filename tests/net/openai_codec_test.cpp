@@ -249,6 +249,8 @@ TEST(openai, constraints_are_parsed_one_at_a_time) {
   EXPECT_NE(two.error.message.find("'response_format' and 'grammar'"), std::string::npos) << two.error.message;
   EXPECT_EQ(chat_with(R"("response_format":{"type":"xml"})").error.param, "response_format.type");
   EXPECT_EQ(chat_with(R"("response_format":{"type":"json_schema"})").error.param, "response_format.json_schema");
+  EXPECT_EQ(chat_with(R"("response_format":{"type":"json_schema","json_schema":{"schema":{}}})").error.param,
+            "response_format.json_schema.name");  // required, as at OpenAI
   EXPECT_EQ(chat_with(R"("response_format":{"type":"json_schema","json_schema":{"schema":{},"x":1}})").error.param,
             "response_format.json_schema.x");
   EXPECT_EQ(chat_with(R"("structured_outputs":{"regex":"a","choice":["b"]})").error.param, "structured_outputs.choice");
@@ -302,6 +304,22 @@ TEST(openai, tools_and_tool_messages_are_parsed) {
   ASSERT_TRUE(dev.request);
   EXPECT_EQ(dev.request->spec.messages[0].role, "system");
   EXPECT_EQ(parse_openai_request(R"({"prompt":"x","tools":[]})", false).error.param, "tools");
+  // What OpenAI refuses too (an adversarial pass found them taken): no tools in `tools`, a user
+  // message of no parts, a tool result that answers no call made before it.
+  EXPECT_EQ(req(R"("tools":[])").error.param, "tools");
+  const auto twice = req(R"("logit_bias":{"5":1,"05":2})");  // one token, two spellings
+  EXPECT_EQ(twice.error.param, "logit_bias.05");
+  EXPECT_EQ(twice.error.code, "duplicate_key");
+  EXPECT_EQ(parse_openai_request(R"({"messages":[{"role":"user","content":[]}]})", true).error.param,
+            "messages[0].content");
+  auto orphan = parse_openai_request(R"({"messages":[{"role":"user","content":"x"},{"role":"tool","tool_call_id":"c9","content":"y"}]})",
+                                     true);
+  EXPECT_EQ(orphan.error.param, "messages[1].tool_call_id");
+  auto wrong = parse_openai_request(
+      R"({"messages":[{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+          {"role":"tool","tool_call_id":"c2","content":"y"}]})",
+      true);
+  EXPECT_EQ(wrong.error.param, "messages[1].tool_call_id");
 }
 
 // What the openai client sends back as history (`message.model_dump()`) has the answer's null
