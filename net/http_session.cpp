@@ -57,6 +57,19 @@ const std::string completion_id_prefix = [] {
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
+// The methods each endpoint answers, as a 405's Allow says them (HEAD is GET without the body);
+// null for a path that is no endpoint.
+const char* allowed_methods(std::string_view path) {
+  if (path == "/v1/ws") return "GET";
+  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/embeddings" || path == "/tokenize" ||
+      path == "/detokenize" || path == "/admin/reload")
+    return "POST";
+  if (path == "/health" || path == "/metrics" || path == "/" || path == "/index.html" || path == "/v1/models" ||
+      path.rfind("/v1/models/", 0) == 0 || path == "/admin/config")
+    return "GET, HEAD";
+  return nullptr;
+}
+
 std::string strip_query(beast::string_view target) {
   auto q = target.find('?');
   return std::string(q == beast::string_view::npos ? target : target.substr(0, q));
@@ -292,13 +305,15 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (method == http::verb::options) {
       // A CORS preflight: the Origin was checked with the header (a foreign one got 403).
       endpoint_ = "preflight";
-      if (cors_origin_.empty())
-        return method_not_allowed("GET, HEAD, POST", "GET or POST (OPTIONS is for CORS preflights)");
-      return send(http::status::no_content, {}, nullptr);
+      // Without an Origin it is no preflight: a 405 with the path's own methods (an unknown path
+      // goes on to its 404).
+      if (cors_origin_.empty() && allowed_methods(path))
+        return method_not_allowed(path, " (OPTIONS is for CORS preflights)");
+      if (!cors_origin_.empty()) return send(http::status::no_content, {}, nullptr);
     }
     if (path == "/v1/ws") {
       endpoint_ = "ws";
-      if (!get) return method_not_allowed("GET", "GET (a WebSocket upgrade)");
+      if (!get) return method_not_allowed(path, " (a WebSocket upgrade)");
       if (!beast::websocket::is_upgrade(req))
         return send_error(bad_status(400, "/v1/ws needs a WebSocket upgrade", "not_websocket"));
       std::string owner, tenant;
@@ -319,7 +334,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (path == "/health") {
       endpoint_ = "health";
-      if (!get) return method_not_allowed("GET, HEAD", "GET");
+      if (!get) return method_not_allowed(path);
       const bool draining = ctx_.draining;
       const bool ok = ctx_.inf.ready() && !draining;
       const std::string details = ctx_.inf.health_details();
@@ -329,14 +344,14 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (path == "/metrics") {
       endpoint_ = "metrics";
-      if (!get) return method_not_allowed("GET, HEAD", "GET");
+      if (!get) return method_not_allowed(path);
       return send(http::status::ok, ctx_.met.render(ctx_.inf.pipeline_metrics()), "text/plain; version=0.0.4");
     }
     if (path == "/admin/reload" || path == "/admin/config") {
       const bool reload = path == "/admin/reload";
       endpoint_ = reload ? "admin_reload" : "admin_config";
       if (reload ? method != http::verb::post : !get)
-        return reload ? method_not_allowed("POST", "POST") : method_not_allowed("GET, HEAD", "GET");
+        return method_not_allowed(path);
       if (ctx_.opts.admin_token.empty()) {
         api_error e = bad_status(403, "admin endpoints are off: set auth.admin_token in the config", "admin_disabled");
         e.type = "permission_error";
@@ -364,19 +379,19 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (path == "/" || path == "/index.html") {
       endpoint_ = "page";
-      if (!get) return method_not_allowed("GET, HEAD", "GET");
+      if (!get) return method_not_allowed(path);
       return send(http::status::ok, std::string(chat_page_html()), "text/html; charset=utf-8");
     }
     if (path == "/v1/models") {
       endpoint_ = "models";
-      if (!get) return method_not_allowed("GET, HEAD", "GET");
+      if (!get) return method_not_allowed(path);
       if (!authorise(req)) return send_error(unauthorised());
       return send(http::status::ok, models_json(ctx_.inf.model_name(), ctx_.started_at), "application/json");
     }
     if (path.rfind("/v1/models/", 0) == 0) {
       // The openai client's models.retrieve(id); it percent-encodes the id (a '/' in it too).
       endpoint_ = "models";
-      if (!get) return method_not_allowed("GET, HEAD", "GET");
+      if (!get) return method_not_allowed(path);
       if (!authorise(req)) return send_error(unauthorised());
       const std::string id = percent_decoded(std::string_view(path).substr(std::strlen("/v1/models/")));
       if (id != ctx_.inf.model_name()) {
@@ -391,7 +406,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (path == "/v1/chat/completions" || path == "/v1/completions") {
       chat_ = path == "/v1/chat/completions";
       endpoint_ = chat_ ? "chat_completions" : "completions";
-      if (method != http::verb::post) return method_not_allowed("POST", "POST");
+      if (method != http::verb::post) return method_not_allowed(path);
       auto who = authorise(req);
       if (!who) return send_error(unauthorised());
       auto parsed = parse_openai_request(req.body(), chat_);
@@ -405,7 +420,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (path == "/tokenize" || path == "/detokenize" || path == "/v1/embeddings") {
       endpoint_ = path == "/tokenize" ? "tokenize" : path == "/detokenize" ? "detokenize" : "embeddings";
-      if (method != http::verb::post) return method_not_allowed("POST", "POST");
+      if (method != http::verb::post) return method_not_allowed(path);
       if (!authorise(req)) return send_error(unauthorised());
       if (path == "/tokenize") {
         auto p = parse_tokenize_request(req.body());
@@ -472,9 +487,11 @@ class http_session : public std::enable_shared_from_this<http_session> {
   // HEAD with GET, since every GET path answers HEAD too.
   // 405, the endpoint's methods in Allow (RFC 9110 15.5.6: "GET, HEAD" where GET is, HEAD being
   // GET without the body here) and `how` in the message.
-  void method_not_allowed(const char* allow, const char* how) {
-    allow_ = allow;
-    send_error(bad_status(405, std::string("use ") + how + " here", "method_not_allowed"));
+  void method_not_allowed(const std::string& path, const char* why = "") {
+    allow_ = allowed_methods(path);
+    const std::string_view allow = allow_ ? allow_ : "";
+    const std::string how(allow == "GET, HEAD" ? "GET" : allow);
+    send_error(bad_status(405, "use " + how + " on " + path + why, "method_not_allowed"));
   }
 
   // ---- plain responses --------------------------------------------------------------------

@@ -111,8 +111,15 @@ parsed_openai parse_openai_request(std::string_view body, bool chat) {
     if (!so->is_object()) r.wrong("stream_options", "an object", *so);
     else {
       reader sr{dom::object(*so), std::nullopt, "stream_options."};
-      detail::known_fields(sr, {"include_usage"});
+      detail::known_fields(sr, {"include_usage", "include_obfuscation"});
       sr.boolean("include_usage", req.include_usage);
+      // OpenAI pads streamed deltas with random characters against size side channels when this
+      // is true (its default); Troupe does not pad: false is what it does, true is refused.
+      bool obfuscate = false;
+      sr.boolean("include_obfuscation", obfuscate);
+      if (!sr.err && obfuscate)
+        sr.err = bad_request("'stream_options.include_obfuscation' true is not served: chunks are not padded (send false)",
+                             "stream_options.include_obfuscation");
       if (sr.err && !r.err) r.err = sr.err;
     }
     if (!r.err && !req.stream)

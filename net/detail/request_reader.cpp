@@ -118,6 +118,9 @@ bool find_duplicate(const dom::element& e, const std::string& path, std::string&
 }  // namespace
 
 bool parse_object(std::string_view body, dom::object& obj, api_error& err) {
+  // A UTF-8 byte order mark before the text is ignored (RFC 8259 8.1 allows it; Windows tools
+  // write one).
+  if (body.substr(0, 3) == "\xEF\xBB\xBF") body.remove_prefix(3);
   dom::element root;
   auto ec = tl_parser.parse(body.data(), body.size()).get(root);
   if (ec != simdjson::SUCCESS) {

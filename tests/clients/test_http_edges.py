@@ -67,6 +67,18 @@ def test_oversized_headers_are_431_and_a_post_to_the_websocket_path_is_405(serve
         assert headers["allow"] == "GET", headers  # a WebSocket upgrade is a GET (it read "POST")
 
 
+def test_options_without_an_origin_is_405_with_the_path_s_own_methods(server):
+    # It said "GET, HEAD, POST" for every path; a preflight (with an allowed Origin) is still 204.
+    for path, allow in (("/v1/chat/completions", "POST"), ("/health", "GET, HEAD"), ("/v1/ws", "GET")):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+            s.sendall(f"OPTIONS {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n".encode())
+            status, headers, _ = read_response(s)
+            assert (status, headers.get("allow")) == (405, allow), (path, status, headers)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"OPTIONS /nope HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n")
+        assert read_response(s)[0] == 404
+
+
 def test_an_http10_stream_is_not_chunked(server):
     """RFC 9112 6.1: chunked coding only for an HTTP/1.1 request. An HTTP/1.0 client used to get
     chunk-size lines in its body; now the events come as they are and the close ends the body."""

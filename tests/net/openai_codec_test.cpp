@@ -31,6 +31,8 @@ TEST(openai, parses_chat_request) {
 }
 
 TEST(openai, rejects_bad_json_and_wrong_types) {
+  // A UTF-8 byte order mark before the object is ignored (RFC 8259 8.1), not "invalid_json".
+  EXPECT_TRUE(parse_openai_request("\xEF\xBB\xBF{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", true).request);
   auto bad = parse_openai_request("{nope", true);
   ASSERT_FALSE(bad.request);
   EXPECT_EQ(bad.error.status, 400);
@@ -307,6 +309,9 @@ TEST(openai, tools_and_tool_messages_are_parsed) {
   // What OpenAI refuses too (an adversarial pass found them taken): no tools in `tools`, a user
   // message of no parts, a tool result that answers no call made before it.
   EXPECT_EQ(req(R"("tools":[])").error.param, "tools");
+  EXPECT_TRUE(req(R"("stream":true,"stream_options":{"include_obfuscation":false})").request);
+  EXPECT_EQ(req(R"("stream":true,"stream_options":{"include_obfuscation":true})").error.param,
+            "stream_options.include_obfuscation");
   const auto twice = req(R"("logit_bias":{"5":1,"05":2})");  // one token, two spellings
   EXPECT_EQ(twice.error.param, "logit_bias.05");
   EXPECT_EQ(twice.error.code, "duplicate_key");
