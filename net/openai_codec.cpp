@@ -25,10 +25,12 @@ api_error from_pipeline_error(const actors::error_event& ev, std::string_view in
     if (c == errc::invalid_request) {
       std::string_view lead = std::string_view(e.message).substr(0, e.message.find(' '));
       if (!lead.empty() && lead.back() == ':') lead.remove_suffix(1);  // "speculative: no method 'x' ..."
-      for (std::string_view f : {TROUPE_COMMON_FIELDS, "logprobs"})
+      if (lead.size() >= 2 && lead.front() == '\'' && lead.back() == '\'')  // "'ignore_eos' cannot be ..."
+        lead = lead.substr(1, lead.size() - 2);
+      for (std::string_view f : {TROUPE_COMMON_FIELDS, "logprobs", "tools", "tool_choice"})
         if (lead == f) e.param = std::string(f);
       if (e.param == "max_tokens" && max_tokens_field != "max_tokens") {
-        e.message.replace(0, lead.size(), max_tokens_field);
+        e.message.replace(e.message.find("max_tokens"), std::strlen("max_tokens"), max_tokens_field);
         e.param = std::string(max_tokens_field);
       }
     }

@@ -502,6 +502,11 @@ TEST(openai, error_json_shape_and_status_mapping) {
   EXPECT_EQ(from_pipeline_error({0, actors::errc::invalid_request, "top_p must be in (0, 1]", 0}).param, "top_p");
   EXPECT_EQ(from_pipeline_error({0, actors::errc::invalid_request, "speculative: no method 'nope' (known: ngram)", 0}).param,
             "speculative");
+  EXPECT_EQ(from_pipeline_error({0, actors::errc::invalid_request, "'ignore_eos' cannot be combined with a structured output", 0})
+                .param,
+            "ignore_eos");
+  EXPECT_EQ(from_pipeline_error({0, actors::errc::invalid_request, "'tool_choice' forces a call, which cannot ...", 0}).param,
+            "tool_choice");
   EXPECT_EQ(from_pipeline_error({0, actors::errc::invalid_request, "give exactly one of messages or prompt", 0}).param, "");
   EXPECT_TRUE(valid_json(j));
   simdjson::dom::parser p;
