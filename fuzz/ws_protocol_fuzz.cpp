@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto f = net::parse_client_frame(text);
   if (!f.frame) {
     FUZZ_CHECK(!f.error.message.empty());
-    check_echo(p, net::error_frame(f.id, f.error.code, f.error.message), f.id);
+    check_echo(p, net::error_frame(f.id, f.error), f.id);  // with its param
     return 0;
   }
   const auto& c = *f.frame;
