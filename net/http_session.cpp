@@ -669,6 +669,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     streaming_ = req.stream;
     include_usage_ = req.include_usage;
     max_tokens_field_ = req.max_tokens_field;
+    constraint_field_ = req.constraint_field;
     logprobs_ = req.logprobs;
     echo_ = req.echo ? req.spec.prompt : std::string();
     head_ = completion_result{};
@@ -886,7 +887,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     ended_ = true;
     request_.cancel();  // one choice failed: the answer fails, the other choices stop
     const auto& err = std::get<actors::error_event>(e);
-    api_error ae = from_pipeline_error(err, chat_ ? "messages" : "prompt", max_tokens_field_);
+    api_error ae = from_pipeline_error(err, chat_ ? "messages" : "prompt", max_tokens_field_, constraint_field_);
     if (!head_sent_) {
       if (ae.status == 429 || ae.status == 503)
         retry_after_s_ = std::max<int64_t>(1, (err.retry_after_ms + 999) / 1000);
@@ -1077,6 +1078,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   bool streaming_ = false;
   bool include_usage_ = false;
   std::string max_tokens_field_ = "max_tokens";  // as the client spelt it (errors name it so)
+  std::string constraint_field_;                 // the field that constrains the output (errors name it)
   // The requests of the running completion's choices: cancelled together.
   struct request_set {
     std::vector<actors::request_handle> handles;

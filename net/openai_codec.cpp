@@ -13,7 +13,7 @@ namespace dom = simdjson::dom;
 using detail::reader;
 
 api_error from_pipeline_error(const actors::error_event& ev, std::string_view input_field,
-                              std::string_view max_tokens_field) {
+                              std::string_view max_tokens_field, std::string_view constraint_field) {
   namespace errc = actors::errc;
   api_error e;
   e.code = ev.code;
@@ -29,6 +29,8 @@ api_error from_pipeline_error(const actors::error_event& ev, std::string_view in
         lead = lead.substr(1, lead.size() - 2);
       for (std::string_view f : {TROUPE_COMMON_FIELDS, "logprobs", "tools", "tool_choice"})
         if (lead == f) e.param = std::string(f);
+      for (std::string_view kind : {"json_schema", "regex", "grammar", "choice"})
+        if (lead == kind && !constraint_field.empty()) e.param = std::string(constraint_field);
       if (e.param == "max_tokens" && max_tokens_field != "max_tokens") {
         e.message.replace(e.message.find("max_tokens"), std::strlen("max_tokens"), max_tokens_field);
         e.param = std::string(max_tokens_field);
@@ -107,6 +109,7 @@ parsed_openai parse_openai_request(std::string_view body, bool chat) {
   openai_request req;
   detail::read_common(r, req.spec, 2.0f);  // OpenAI's range: 0..2
   if (r.get("max_completion_tokens")) req.max_tokens_field = "max_completion_tokens";
+  req.constraint_field = detail::constraint_field(r);
   req.model = req.spec.model;
   r.boolean("stream", req.stream);
   if (auto so = r.get("stream_options")) {

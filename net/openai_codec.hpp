@@ -20,8 +20,11 @@ namespace troupe::net {
 // invalid_request whose message starts with a request field ("max_tokens 9000 exceeds this
 // server's cap", "top_p must be in (0, 1]": admission's and the sampler's convention) names it as
 // the param; `max_tokens` as the client spelt it (`max_tokens_field`: or max_completion_tokens).
+// A refusal of the output constraint (admission compiles it: "json_schema: unsupported keyword
+// 'if' at /", "regex: ...", "grammar: ...", "choice: ...") names `constraint_field`, the field that
+// set it.
 api_error from_pipeline_error(const actors::error_event& e, std::string_view input_field = {},
-                              std::string_view max_tokens_field = "max_tokens");
+                              std::string_view max_tokens_field = "max_tokens", std::string_view constraint_field = {});
 
 // {"error":{"message":..,"type":..,"code":..,"param":..}}
 std::string error_json(const api_error& e);
@@ -37,6 +40,7 @@ struct openai_request {
   // asked are spec.sampling.n_logprobs (chat `top_logprobs`, completions' k).
   bool logprobs = false;
   std::string max_tokens_field = "max_tokens";  // or "max_completion_tokens", as the client sent it
+  std::string constraint_field;                 // the field that constrains the output, if one does
 };
 
 inline constexpr int32_t max_choices = 16;             // `n`

@@ -61,6 +61,7 @@ parsed_frame parse_client_frame(std::string_view text) {
     need_id();
     detail::read_common(r, f.spec, 100.0f);  // the sampler's range
     if (r.get("max_completion_tokens")) f.max_tokens_field = "max_completion_tokens";
+    f.constraint_field = detail::constraint_field(r);
     // logprobs: each token frame carries its logprob; top_logprobs (0..20) adds the alternatives.
     r.boolean("logprobs", f.spec.logprobs);
     int64_t top = 0;
@@ -197,8 +198,8 @@ std::string error_frame(std::string_view id, std::string_view code, std::string_
 std::string error_frame(std::string_view id, const api_error& e) { return error_frame(id, e.code, e.message, e.param); }
 
 std::string pipeline_error_frame(std::string_view id, const actors::error_event& e, std::string_view input_field,
-                                 std::string_view max_tokens_field) {
-  return error_frame(id, from_pipeline_error(e, input_field, max_tokens_field));
+                                 std::string_view max_tokens_field, std::string_view constraint_field) {
+  return error_frame(id, from_pipeline_error(e, input_field, max_tokens_field, constraint_field));
 }
 
 std::string pong_frame(std::string_view id) {

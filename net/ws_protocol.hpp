@@ -28,6 +28,7 @@ struct client_frame {
   // which input it gave (`messages` or `prompt`), so that a pipeline error names them as sent.
   std::string max_tokens_field = "max_tokens";
   std::string input_field;
+  std::string constraint_field;  // the field that constrains the output, if one does
 };
 
 struct parsed_frame {
@@ -59,7 +60,7 @@ std::string error_frame(std::string_view id, const api_error& e);
 // context, ...): the HTTP codec's mapping (from_pipeline_error) gives its `param`, with the
 // generate's spelling of max_tokens and its input field (client_frame's).
 std::string pipeline_error_frame(std::string_view id, const actors::error_event& e, std::string_view input_field,
-                                 std::string_view max_tokens_field);
+                                 std::string_view max_tokens_field, std::string_view constraint_field = {});
 // {"type":"pong"}, with the ping's `id` when it had one.
 std::string pong_frame(std::string_view id = {});
 

@@ -243,7 +243,8 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     const bool with_top = f.spec.sampling.n_logprobs > 0;
     auto on_event = [rec, id, &met, recorder = request_recorder(met), window, hold, tools, logprobs, with_top,
                      &inf = ctx_.inf, input_field = f.input_field,
-                     max_tokens_field = f.max_tokens_field](const actors::event& e) mutable {
+                     max_tokens_field = f.max_tokens_field,
+                     constraint_field = f.constraint_field](const actors::event& e) mutable {
       const auto now = std::chrono::steady_clock::now();
       recorder.record(e, now);
       if (auto* t = std::get_if<actors::token_event>(&e)) {
@@ -271,7 +272,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
         const auto& er = std::get<actors::error_event>(e);
         met.count_request("ws", er.code);
         // Named as the client spelt its fields (max_completion_tokens, say), as over HTTP.
-        rec->finish(pipeline_error_frame(id, er, input_field, max_tokens_field), now, window, std::move(*hold));
+        rec->finish(pipeline_error_frame(id, er, input_field, max_tokens_field, constraint_field), now, window, std::move(*hold));
       }
     };
     // Manual acks: a token counts as consumed once its frame is written (stream_record) and the

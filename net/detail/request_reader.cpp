@@ -363,6 +363,13 @@ void read_logit_bias(reader& r, actors::request_spec& s) {
 
 }  // namespace
 
+std::string constraint_field(reader& r) {
+  for (const char* k : {"response_format", "structured_outputs", "grammar", "guided_json", "guided_regex", "guided_choice",
+                        "guided_grammar"})
+    if (r.get(k)) return k;
+  return {};
+}
+
 void bypass_cache_for(reader& r, actors::request_spec& s, bool asked, const char* field) {
   if (!asked || r.err) return;
   if (s.cache == cache::cache_choice::requested) {

@@ -82,6 +82,10 @@ inline constexpr size_t max_stop_strings = 4;
 // request without `seed` (and without `cache: true`) gets a random one. `temperature` above
 // max_temperature is a 400 (OpenAI's API: 2; the WebSocket protocol: the sampler's 100).
 void read_common(reader& r, actors::request_spec& s, float max_temperature);
+// The field that sets the request's output constraint ("response_format", "structured_outputs",
+// "grammar", "guided_json", ...; read_common lets only one be there), or "": what a refusal of
+// the constraint, compiled later in admission, names as its param.
+std::string constraint_field(reader& r);
 // A request that asks for what the response cache does not key or keep (logit_bias, logprobs:
 // a cached answer would come without them, or biased the other way) is generated afresh:
 // `cache` absent becomes false, `cache: true` is a 400 naming `cache`.

@@ -148,6 +148,14 @@ def test_grammar_regex_and_choice(client):
     assert re.fullmatch(r" [0-9]+", comp.choices[0].text), comp.choices[0].text
 
 
+def test_a_schema_refused_when_compiled_names_response_format(client):
+    # Compiled in admission, past the codec: its 400 used to have param null.
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(client, "x", max_tokens=4, response_format={"type": "json_schema", "json_schema": {
+            "name": "s", "schema": {"type": "object", "if": {"required": ["a"]}}}})
+    assert "'if'" in e.value.body["message"] and e.value.body["param"] == "response_format", e.value.body
+
+
 # ---- tool calls ---------------------------------------------------------------------------------
 
 def test_forced_call_of_a_named_function(client):

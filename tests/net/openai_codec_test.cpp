@@ -508,6 +508,17 @@ TEST(openai, error_json_shape_and_status_mapping) {
   EXPECT_EQ(from_pipeline_error({0, actors::errc::invalid_request, "'tool_choice' forces a call, which cannot ...", 0}).param,
             "tool_choice");
   EXPECT_EQ(from_pipeline_error({0, actors::errc::invalid_request, "give exactly one of messages or prompt", 0}).param, "");
+  // A constraint refused when admission compiles it names the field that set it.
+  const actors::error_event schema{0, actors::errc::invalid_request, "json_schema: unsupported keyword 'if' at /", 0};
+  EXPECT_EQ(from_pipeline_error(schema, "messages", "max_tokens", "response_format").param, "response_format");
+  EXPECT_EQ(from_pipeline_error(schema, "messages", "max_tokens", "guided_json").param, "guided_json");
+  EXPECT_EQ(from_pipeline_error({0, actors::errc::invalid_request, "regex: unbalanced ) at offset 3 of the pattern", 0},
+                                "prompt", "max_tokens", "structured_outputs")
+                .param,
+            "structured_outputs");
+  EXPECT_EQ(chat_with(R"("response_format":{"type":"json_object"})").request->constraint_field, "response_format");
+  EXPECT_EQ(chat_with(R"("guided_regex":"a+")").request->constraint_field, "guided_regex");
+  EXPECT_EQ(chat_with(R"("seed":1)").request->constraint_field, "");
   EXPECT_TRUE(valid_json(j));
   simdjson::dom::parser p;
   auto doc = p.parse(j);
