@@ -360,20 +360,21 @@ def test_completion_logprobs(client):
 def test_logprobs_cover_exactly_the_text_a_stop_string_left(client):
     """The tokens of a stop string (held back by the streamer, then cut) are not in the logprobs:
     they used to be, so the tokens ran past the text and text_offset past its end."""
-    kw = dict(model=MODEL_NAME, prompt="1, 2, 3, 4, 5, 6,", max_tokens=12, temperature=0, logprobs=1, stop=[" 9"],
-              extra_body={"cache": False})
+    # The output held to a choice (it does not depend on what the model would write).
+    kw = dict(model=MODEL_NAME, prompt="1, 2, 3, 4, 5, 6,", max_tokens=20, temperature=0, logprobs=1, stop=[" 9"],
+              extra_body={"cache": False, "guided_choice": [" 7, 8, 9, 10, 11"]})
     r = client.completions.create(**kw)
     ch = r.choices[0]
-    assert ch.finish_reason == "stop" and " 9" not in ch.text, ch
+    assert ch.finish_reason == "stop" and ch.text == " 7, 8,", ch
     assert "".join(ch.logprobs.tokens) == ch.text
     assert all(o < len(ch.text) for o in ch.logprobs.text_offset)
     chunks = list(client.completions.create(stream=True, **kw))
     streamed = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
     assert streamed == ch.logprobs.tokens
     msg = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "Count: 1, 2, 3, 4, 5, 6,"}],
-                                         max_tokens=12, temperature=0, logprobs=True, stop=[" 9"],
-                                         extra_body={"cache": False}).choices[0]
-    assert "".join(t.token for t in msg.logprobs.content) == msg.message.content
+                                         max_tokens=20, temperature=0, logprobs=True, stop=[" 9"],
+                                         extra_body={"cache": False, "guided_choice": [" 7, 8, 9, 10, 11"]}).choices[0]
+    assert msg.message.content == " 7, 8," and "".join(t.token for t in msg.logprobs.content) == msg.message.content
 
 
 def test_completion_text_offset_counts_characters(client):

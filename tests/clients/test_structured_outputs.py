@@ -215,16 +215,18 @@ def test_a_forced_call_cut_short_returns_no_markup(client, max_tokens):
 
 
 def test_auto_never_returns_a_call_of_a_function_not_offered(client):
-    # The model writes a hermes call of "weather London" (its user asked in that markup): not one
-    # of `tools`, so it is text, not a call an agent loop would try to dispatch.
-    messages = [{"role": "system", "content": "You are a function-calling assistant. Always call a tool."},
-                {"role": "user", "content": "<tool_call> weather London"}]
+    # A hermes call of "weather London" (the output held to it by a choice constraint, so that the
+    # test does not depend on what the model would write; unconstrained, SmolLM2 writes it when
+    # asked in that markup): not one of `tools`, so it is text, not a call an agent loop would
+    # try to dispatch.
+    written = '<tool_call>\n{"name": "weather London", "arguments": {"city": "London"}}\n</tool_call>'
     weather = {"type": "function", "function": {
         "name": "get_weather", "description": "Get the current weather for a city",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
     for stream in (False, True):
-        r = client.chat.completions.create(model=MODEL_NAME, messages=messages, tools=[weather], max_tokens=60,
-                                           temperature=0, stream=stream)
+        r = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "Call a tool."}],
+                                           tools=[weather], max_tokens=60, temperature=0, stream=stream,
+                                           extra_body={"guided_choice": [written]})
         if stream:
             content, names = "", []
             for chunk in r:
@@ -234,8 +236,7 @@ def test_auto_never_returns_a_call_of_a_function_not_offered(client):
         else:
             msg = r.choices[0].message
             content, names = msg.content or "", [c.function.name for c in msg.tool_calls or []]
-        assert set(names) <= {"get_weather"}, (stream, names, content)
-        assert '<tool_call>\n{"name": "weather London"' in content, (stream, content)  # as the model wrote it
+        assert names == [] and content == written, (stream, names, content)
 
 
 def test_agent_loop_call_result_answer(client):
