@@ -24,17 +24,16 @@
 #include <deque>
 #include <functional>
 #include <optional>
-#include <random>
 #include <string_view>
 
 #include "net/auth.hpp"
 #include "net/chat_page.hpp"
+#include "net/completion_assembly.hpp"
 #include "net/detail/conn_stream.hpp"
 #include "net/detail/server_context.hpp"
 #include "net/detail/unread_gate.hpp"
 #include "net/openai_codec.hpp"
 #include "net/tokenize_codec.hpp"
-#include "structured/tool_calls.hpp"
 
 namespace troupe::net::detail {
 
@@ -44,16 +43,6 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
 namespace {
-
-std::atomic<uint64_t> next_completion_id{1};
-// Completion ids are this process's random prefix and a count ("chatcmpl-3f9c0a1b2c4d5e6f-12"), so
-// that ids (and the tool-call ids made from them) from before a restart are never given again.
-const std::string completion_id_prefix = [] {
-  std::random_device rd;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%08x%08x", rd(), rd());
-  return std::string(hex);
-}();
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -97,12 +86,16 @@ std::string percent_decoded(std::string_view s) {
   return out;
 }
 
-// The endpoints whose body is JSON: a page of another site can post text/plain or a form to any
-// server without asking first (no CORS preflight), but not application/json; requiring it keeps
-// such posts out.
-bool takes_json(std::string_view path) {
-  return path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/embeddings" ||
-         path == "/tokenize" || path == "/detokenize";
+// The endpoints whose body is JSON, by their name in the metrics (null for any other path): a page
+// of another site can post text/plain or a form to any server without asking first (no CORS
+// preflight), but not application/json; requiring it keeps such posts out.
+const char* json_endpoint(std::string_view path) {
+  if (path == "/v1/chat/completions") return "chat_completions";
+  if (path == "/v1/completions") return "completions";
+  if (path == "/v1/embeddings") return "embeddings";
+  if (path == "/tokenize") return "tokenize";
+  if (path == "/detokenize") return "detokenize";
+  return nullptr;
 }
 
 // After an answer that closes the connection, the unread rest of the request (a body over the
@@ -126,7 +119,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   ~http_session() {
     ctx_.met.connection_closed(false);
     if (!slot_) ctx_.refusing.fetch_sub(1);
-    if (!ended_) request_.cancel();
+    if (!completion_.ended()) request_.cancel();
   }
 
   void run() {
@@ -196,8 +189,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
     keep_alive_ = h.keep_alive();
     version_ = h.version();
     if (!refusal_.empty()) return refuse(h);
+    endpoint_ = "other";  // a refused header counts here (a 415 under its own endpoint: check_header)
     if (auto e = check_header(h)) {
-      endpoint_ = "other";
       keep_alive_ = false;  // the body (if any) stays unread: this connection cannot go on
       return send_error(*e);
     }
@@ -218,9 +211,12 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (auto e = ctx_.guard.check_origin(origin_v, host_v)) return e;
     cors_origin_ = std::string(origin_v);  // allowed (or none): answers carry CORS headers for it
     const std::string path = strip_query(h.target());
-    if (h.method() == http::verb::post && takes_json(path)) {
+    if (h.method() == http::verb::post && json_endpoint(path)) {
       const auto ct = h[http::field::content_type];
-      if (auto e = request_guard::check_json_content_type(std::string_view(ct.data(), ct.size()))) return e;
+      if (auto e = request_guard::check_json_content_type(std::string_view(ct.data(), ct.size()))) {
+        endpoint_ = json_endpoint(path);  // a 415 counts under its endpoint, as a 400 there does
+        return e;
+      }
     }
     return std::nullopt;
   }
@@ -405,7 +401,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (path == "/v1/chat/completions" || path == "/v1/completions") {
       chat_ = path == "/v1/chat/completions";
-      endpoint_ = chat_ ? "chat_completions" : "completions";
+      endpoint_ = json_endpoint(path);
       if (method != http::verb::post) return method_not_allowed(path);
       auto who = authorise(req);
       if (!who) return send_error(unauthorised());
@@ -419,7 +415,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
       return start_completion(std::move(*parsed.request), who->first);
     }
     if (path == "/tokenize" || path == "/detokenize" || path == "/v1/embeddings") {
-      endpoint_ = path == "/tokenize" ? "tokenize" : path == "/detokenize" ? "detokenize" : "embeddings";
+      endpoint_ = json_endpoint(path);
       if (method != http::verb::post) return method_not_allowed(path);
       if (!authorise(req)) return send_error(unauthorised());
       if (path == "/tokenize") {
@@ -573,11 +569,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
     request_ = {};
     hold_self_.reset();
     cors_origin_.clear();
-    ended_ = false;
-    streaming_ = false;
-    head_sent_ = false;
-    choices_.clear();
-    echo_.clear();
+    completion_ = {};
+    recorders_.clear();
     queue_.clear();
     queued_bytes_ = 0;
     gate_.stop();
@@ -589,10 +582,10 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (closed_) return;
     closed_ = true;
     gate_.stop();
-    if (request_ && !ended_) {
+    if (request_ && !completion_.ended()) {
       // The client went away before its answer: counted as nginx does, 499 (a stream whose
       // head went out was counted 200 then).
-      if (!head_sent_) ctx_.met.count_request(endpoint_, "499");
+      if (!completion_.stream_open()) ctx_.met.count_request(endpoint_, "499");
       request_.cancel();
     }
     hold_self_.reset();
@@ -637,56 +630,14 @@ class http_session : public std::enable_shared_from_this<http_session> {
   }
 
   // ---- completions ------------------------------------------------------------------------
-  // One choice of the running completion: its own request (n > 1 runs n of them).
-  struct choice_state {
-    explicit choice_state(metrics& m) : recorder(m) {}
-    request_recorder recorder;
-    bool ended = false;
-    std::string text;                            // not streamed: the whole text
-    std::string finish_reason;
-    std::vector<token_logprob_entry> logprobs;   // not streamed: every token's
-    // Tokens whose text the streamer still holds back (a possible stop string, an unfinished
-    // UTF-8 character): their logprobs go out with that text, or are dropped with it, so that
-    // the logprobs cover exactly the text returned.
-    std::vector<token_logprob_entry> held_logprobs;
-    int64_t piece_chars = 0;                     // streamed completions: text_offset so far
-    actors::usage_info usage;
-    // Chat with tools offered: the reply is read for calls (structured/tool_calls.hpp).
-    std::optional<structured::tool_call_parser> tool_parser;
-  };
-
+  // The completion's choices, chunks and answer are net/completion_assembly.hpp's; the session
+  // submits the choices' requests and writes what each event's step says.
   void start_completion(openai_request req, const std::string& tenant) {
-    // logit_bias ids are checked against the vocabulary, which only the pipeline knows.
-    if (const int32_t nv = ctx_.inf.vocab_size(); nv > 0) {
-      for (const auto& b : req.spec.sampling.logit_bias) {
-        if (b.token < nv) continue;
-        const std::string at = "logit_bias." + std::to_string(b.token);
-        return send_error(bad_request("'" + at + "': token " + std::to_string(b.token) + " is outside the vocabulary (0.." +
-                                          std::to_string(nv - 1) + ")",
-                                      at));
-      }
-    }
-    streaming_ = req.stream;
-    include_usage_ = req.include_usage;
-    max_tokens_field_ = req.max_tokens_field;
-    constraint_field_ = req.constraint_field;
-    logprobs_ = req.logprobs;
-    echo_ = req.echo ? req.spec.prompt : std::string();
-    head_ = completion_result{};
-    head_.id = (chat_ ? "chatcmpl-" : "cmpl-") + completion_id_prefix + "-" + std::to_string(next_completion_id.fetch_add(1));
-    head_.created = unix_now();
-    head_.model = req.model.empty() ? ctx_.inf.model_name() : req.model;
-    head_.logprobs = req.logprobs;
-    head_.text_offset_base = utf8_chars(echo_);
+    if (auto e = completion_.begin(req, chat_, unix_now(), ctx_.inf)) return send_error(*e);
     req.spec.tenant = tenant;
     stream_.expires_never();
     ++generation_;
-    choices_.clear();
-    for (int32_t i = 0; i < req.n; ++i) choices_.emplace_back(ctx_.met);
-    if (chat_)
-      for (auto& c : choices_) c.tool_parser = tool_parser_for(ctx_.inf, req.spec);
-    n_ended_ = 0;
-    others_submitted_ = req.n == 1;
+    recorders_.assign(completion_.size(), request_recorder(ctx_.met));
     spec_ = std::move(req.spec);
     submit_choice(0);
     watch_disconnect();  // also keeps this session alive while the request runs
@@ -711,7 +662,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
             asio::post(ex, [s = std::move(s), gen, i, e] { s->on_event(gen, i, e); });
           }
         },
-        streaming_ ? actors::ack_mode::manual : actors::ack_mode::on_handoff));
+        completion_.streaming() ? actors::ack_mode::manual : actors::ack_mode::on_handoff));
   }
 
   // Choice i's token event just handled is acknowledged once what it queued (if anything) is
@@ -731,214 +682,28 @@ class http_session : public std::enable_shared_from_this<http_session> {
     };
   }
 
-  // A token's logprob as the response shows it: its bytes and the alternatives'.
-  token_logprob_entry logprob_entry(const actors::token_event& t) const {
-    token_logprob_entry out;
-    out.piece = ctx_.inf.token_piece(t.token);
-    out.logprob = t.logprob;
-    for (const auto& alt : t.top) out.top.emplace_back(ctx_.inf.token_piece(alt.token), alt.logprob);
-    return out;
-  }
-
-  const std::string& chunk(const chunk_spec& c) {
-    chunk_buf_ = sse_event(chat_ ? chat_chunk_json(head_, c) : text_chunk_json(head_, c));
-    return chunk_buf_;
-  }
-
   void on_event(uint64_t gen, size_t i, const actors::event& e) {
     // A choice cancelled with its siblings may still answer after the completion ended (or after
     // the next request on this connection began): ignored.
-    if (closed_ || ended_ || gen != generation_ || i >= choices_.size() || choices_[i].ended) return;
-    auto& c = choices_[i];
-    c.recorder.record(e, std::chrono::steady_clock::now());
-    if (!others_submitted_ && i == 0 && !std::holds_alternative<actors::error_event>(e)) {
-      others_submitted_ = true;
-      for (size_t k = 1; k < choices_.size(); ++k) submit_choice(k);
+    if (closed_ || gen != generation_ || !completion_.accepts(i)) return;
+    recorders_[i].record(e, std::chrono::steady_clock::now());
+    const bool token = std::holds_alternative<actors::token_event>(e);
+    auto s = completion_.feed(i, e);
+    if (s.submit_others)
+      for (size_t k = 1; k < completion_.size(); ++k) submit_choice(k);
+    if (s.cancel) request_.cancel();
+    if (s.error) {
+      if (s.retry_after_s > 0) retry_after_s_ = s.retry_after_s;
+      return send_error(*s.error);
     }
-    if (auto* t = std::get_if<actors::token_event>(&e)) {
-      on_token(c, i, *t);
-      if (streaming_) ack_when_written(i);
-      return;
-    }
-    on_final(c, i, e);
+    if (s.answer) return send(http::status::ok, std::move(*s.answer), "application/json");
+    if (s.open_stream) send_sse_head();
+    for (auto& ev : s.events) queue_chunk(std::move(ev));
+    if (s.end_stream) return end_sse();
+    if (token && completion_.streaming()) ack_when_written(i);
   }
 
-  // A token event of choice i: buffered (whole answers) or streamed as chunks.
-  void on_token(choice_state& c, size_t i, const actors::token_event& t) {
-    std::vector<token_logprob_entry> lp;
-    if (c.tool_parser) {
-      if (logprobs_) lp.push_back(logprob_entry(t));
-      auto ds = c.tool_parser->push(t.text);
-      if (!streaming_) {
-        for (const auto& d : ds) c.text += d.content;
-        if (logprobs_) c.logprobs.push_back(std::move(lp.front()));
-        return;
-      }
-      return stream_tool_deltas(i, ds, logprobs_ ? &lp : nullptr);
-    }
-    if (logprobs_) {
-      c.held_logprobs.push_back(logprob_entry(t));
-      if (!t.text.empty()) lp.swap(c.held_logprobs);  // its text, and any held before, comes out
-    }
-    if (!streaming_) {
-      c.text += t.text;
-      for (auto& e : lp) c.logprobs.push_back(std::move(e));
-      return;
-    }
-    if (t.text.empty()) return;
-    ensure_sse_head();
-    queue_text_chunk(c, i, t.text, lp);
-  }
-
-  // A streamed chunk of choice i's text with the logprobs of the tokens that made it.
-  void queue_text_chunk(choice_state& c, size_t i, std::string_view text, const std::vector<token_logprob_entry>& lp) {
-    chunk_spec cs;
-    cs.index = static_cast<int32_t>(i);
-    cs.text = text;
-    if (logprobs_) {
-      cs.logprobs = &lp;
-      cs.text_offset = head_.text_offset_base + c.piece_chars;
-      for (const auto& e : lp) c.piece_chars += utf8_chars(e.piece);
-    }
-    queue_chunk(chunk(cs));
-  }
-
-  // Choice i's done or error event.
-  void on_final(choice_state& c, size_t i, const actors::event& e) {
-    auto* d = std::get_if<actors::done_event>(&e);
-    // A deadline that passed before the first token (in the queue, or during the prompt's
-    // prefill) is a 504, as the error event of one that passed while queued is: a 200 with no
-    // text would read as an empty answer. (With n > 1 the other choices' text stands.)
-    if (d && d->finish_reason == actors::finish::deadline && d->usage.completion_tokens == 0 && d->text.empty() &&
-        choices_.size() == 1 && !head_sent_)
-      return on_final(c, i, actors::error_event{d->request_id, actors::errc::deadline,
-                                                "the deadline (deadline_ms) passed before the first token", 0});
-    if (d) {
-      c.ended = true;
-      c.finish_reason = d->finish_reason;
-      c.usage = d->usage;
-      ++n_ended_;
-      if (c.tool_parser) {
-        auto ds = c.tool_parser->push(d->text);
-        auto rest = c.tool_parser->finish();
-        ds.insert(ds.end(), rest.begin(), rest.end());
-        if (!c.tool_parser->calls().empty() && c.finish_reason == actors::finish::stop) c.finish_reason = "tool_calls";
-        if (!streaming_) {
-          for (const auto& x : ds) c.text += x.content;
-        } else {
-          stream_tool_deltas(i, ds, nullptr);
-          chunk_spec cs;
-          cs.index = static_cast<int32_t>(i);
-          cs.finish_reason = c.finish_reason;
-          queue_chunk(chunk(cs));
-        }
-      } else {
-        // The held text that comes out at the end brings its tokens' logprobs; with none (a stop
-        // string cut it), they go with it.
-        std::vector<token_logprob_entry> lp;
-        if (!d->text.empty()) lp.swap(c.held_logprobs);
-        c.held_logprobs.clear();
-        if (!streaming_) {
-          c.text += d->text;
-          for (auto& e : lp) c.logprobs.push_back(std::move(e));
-        } else {
-          ensure_sse_head();
-          if (!d->text.empty()) queue_text_chunk(c, i, d->text, lp);
-          chunk_spec cs;
-          cs.index = static_cast<int32_t>(i);
-          cs.finish_reason = d->finish_reason;
-          queue_chunk(chunk(cs));
-        }
-      }
-      if (n_ended_ < choices_.size()) return;
-      ended_ = true;
-      // The prompt is counted once (choice 0's, with its prefix-cache share); the completions (and
-      // their speculation) add up.
-      actors::usage_info usage = choices_[0].usage;
-      usage.completion_tokens = 0;
-      usage.speculative_proposed = usage.speculative_accepted = 0;
-      for (const auto& ch : choices_) {
-        usage.completion_tokens += ch.usage.completion_tokens;
-        usage.speculative_proposed += ch.usage.speculative_proposed;
-        usage.speculative_accepted += ch.usage.speculative_accepted;
-      }
-      if (!streaming_) {
-        completion_result r = head_;
-        r.usage = usage;
-        for (size_t k = 0; k < choices_.size(); ++k) {
-          auto& ch = choices_[k];
-          std::vector<actors::tool_call> calls;
-          if (ch.tool_parser)
-            for (size_t j = 0; j < ch.tool_parser->calls().size(); ++j)
-              calls.push_back({call_id(k, j), ch.tool_parser->calls()[j].name, ch.tool_parser->calls()[j].arguments});
-          r.choices.push_back({echo_ + ch.text, ch.finish_reason, std::move(ch.logprobs), std::move(calls),
-                               ch.tool_parser && ch.tool_parser->forced()});
-        }
-        return send(http::status::ok, chat_ ? chat_completion_json(r) : text_completion_json(r), "application/json");
-      }
-      if (include_usage_) {
-        chunk_spec u;
-        u.usage = &usage;
-        u.no_choices = true;
-        queue_chunk(chunk(u));
-      }
-      return end_sse();
-    }
-    ended_ = true;
-    request_.cancel();  // one choice failed: the answer fails, the other choices stop
-    const auto& err = std::get<actors::error_event>(e);
-    api_error ae = from_pipeline_error(err, chat_ ? "messages" : "prompt", max_tokens_field_, constraint_field_);
-    if (!head_sent_) {
-      if (ae.status == 429 || ae.status == 503)
-        retry_after_s_ = std::max<int64_t>(1, (err.retry_after_ms + 999) / 1000);
-      return send_error(ae);
-    }
-    queue_chunk(sse_event(error_json(ae)));
-    end_sse();
-  }
-
-  // A tool call's id: unique per completion and choice, as OpenAI's `call_...`.
-  std::string call_id(size_t choice, size_t call) const {
-    return "call_" + head_.id.substr(head_.id.find('-') + 1) + "_" + std::to_string(choice) + "_" + std::to_string(call);
-  }
-
-  // Streams what the tool-call parser released: content as `delta.content`, calls as
-  // `delta.tool_calls` (id, type and name first, then the arguments in pieces). The token's
-  // logprobs (when asked) ride on the first chunk, or on an empty one.
-  void stream_tool_deltas(size_t i, const std::vector<structured::tool_call_parser::delta>& ds,
-                          const std::vector<token_logprob_entry>* lp) {
-    ensure_sse_head();
-    for (const auto& d : ds) {
-      chunk_spec cs;
-      cs.index = static_cast<int32_t>(i);
-      std::string id;
-      if (d.call < 0) {
-        if (d.content.empty()) continue;
-        cs.text = d.content;
-      } else {
-        cs.call_index = d.call;
-        if (!d.name.empty()) {
-          id = call_id(i, static_cast<size_t>(d.call));
-          cs.call_id = id;
-          cs.call_name = d.name;
-        }
-        cs.call_arguments = d.arguments;
-      }
-      cs.logprobs = lp;
-      lp = nullptr;
-      queue_chunk(chunk(cs));
-    }
-    if (lp) {
-      chunk_spec cs;
-      cs.index = static_cast<int32_t>(i);
-      cs.logprobs = lp;
-      queue_chunk(chunk(cs));
-    }
-  }
-
-  void ensure_sse_head() {
-    if (head_sent_) return;
-    head_sent_ = true;
+  void send_sse_head() {
     ctx_.met.count_request(endpoint_, "200");
     // HTTP/1.0 has no chunked coding (RFC 9112 6.1: only for an HTTP/1.1 request): the events
     // go out as they are and the closed connection ends the body.
@@ -949,18 +714,6 @@ class http_session : public std::enable_shared_from_this<http_session> {
                     (chunked_ ? "Transfer-Encoding: chunked\r\n" : "") + cors_header_lines();
     h += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     queue_raw(std::move(h));
-    // Each choice opens with its role (chat) or the echoed prompt (completions with `echo`).
-    for (size_t i = 0; i < choices_.size(); ++i) {
-      chunk_spec c;
-      c.index = static_cast<int32_t>(i);
-      if (chat_) {
-        c.role_only = true;
-        c.calls_only = choices_[i].tool_parser && choices_[i].tool_parser->forced();
-      }
-      else if (!echo_.empty()) c.text = echo_;
-      else continue;
-      queue_chunk(chunk(c));
-    }
   }
 
   void end_sse() {
@@ -1017,7 +770,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
           self->resume_after_watch_ = false;
           return self->do_read();
         }
-        if (!self->ended_) self->watch_disconnect();
+        if (!self->completion_.ended()) self->watch_disconnect();
         return;
       }
       if (ec == asio::error::operation_aborted && self->resume_after_watch_) {
@@ -1030,7 +783,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
         // reads, as HTTP/1.1 allows. Its request goes on and is answered; only a reset or a
         // failed write means it is gone. Nothing else holds the session meanwhile.
         self->peer_closed_ = true;
-        if (!self->ended_ || self->writing_) self->hold_self_ = self;
+        if (!self->completion_.ended() || self->writing_) self->hold_self_ = self;
         if (self->resume_after_watch_) {
           self->resume_after_watch_ = false;
           self->reset_request_state();
@@ -1075,10 +828,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
   bool closed_ = false;
   // The running completion.
   bool chat_ = true;
-  bool streaming_ = false;
-  bool include_usage_ = false;
-  std::string max_tokens_field_ = "max_tokens";  // as the client spelt it (errors name it so)
-  std::string constraint_field_;                 // the field that constrains the output (errors name it)
+  completion_assembly completion_;
+  std::vector<request_recorder> recorders_;  // the metrics of each choice's request
   // The requests of the running completion's choices: cancelled together.
   struct request_set {
     std::vector<actors::request_handle> handles;
@@ -1088,18 +839,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
   };
   request_set request_;  // empty between requests
-  bool ended_ = false;   // every choice ended (or one failed)
-  completion_result head_;
   actors::request_spec spec_;         // what each choice submits (its seed + index)
-  std::vector<choice_state> choices_;
-  size_t n_ended_ = 0;
-  bool others_submitted_ = true;      // choices 1.. submitted (after choice 0's first event)
   uint64_t generation_ = 0;           // tells a finished completion's late events apart
-  bool logprobs_ = false;
-  std::string echo_;                  // completions with `echo`: the prompt
-  std::string chunk_buf_;
   // SSE output.
-  bool head_sent_ = false;
   struct out_chunk {
     std::string data;
     std::function<void()> written;  // the acknowledgement of the token events that queued it

@@ -124,6 +124,18 @@ def test_a_client_that_leaves_before_its_answer_is_counted_499(server):
         time.sleep(0.2)
 
 
+def test_a_415_is_counted_under_its_endpoint(server):
+    # As a 400 of that endpoint is, not under "other": the refusal comes before routing.
+    name = 'troupe_requests_total{endpoint="chat_completions",status="415"}'
+    before = metric(server, name)
+    body = b'{"messages":[{"role":"user","content":"hi"}],"max_tokens":1}'
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        assert read_response(s)[0] == 415
+    assert metric(server, name) == before + 1
+
+
 @pytest.mark.parametrize("stall", [
     b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n",  # headers never end
     b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"

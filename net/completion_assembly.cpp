@@ -1,0 +1,301 @@
+#include "net/completion_assembly.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <random>
+#include <utility>
+#include <variant>
+
+namespace troupe::net {
+
+namespace {
+
+std::atomic<uint64_t> next_completion_id{1};
+// Completion ids are this process's random prefix and a count ("chatcmpl-3f9c0a1b2c4d5e6f-12"), so
+// that ids (and the tool-call ids made from them) from before a restart are never given again.
+const std::string completion_id_prefix = [] {
+  std::random_device rd;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%08x%08x", rd(), rd());
+  return std::string(hex);
+}();
+
+}  // namespace
+
+std::string new_completion_id(bool chat) {
+  return (chat ? "chatcmpl-" : "cmpl-") + completion_id_prefix + "-" + std::to_string(next_completion_id.fetch_add(1));
+}
+
+std::optional<api_error> completion_assembly::begin(const openai_request& req, bool chat, int64_t created,
+                                                    const inference& inf) {
+  // logit_bias ids are checked against the vocabulary, which only the pipeline knows.
+  if (const int32_t nv = inf.vocab_size(); nv > 0) {
+    for (const auto& b : req.spec.sampling.logit_bias) {
+      if (b.token < nv) continue;
+      const std::string at = "logit_bias." + std::to_string(b.token);
+      return bad_request("'" + at + "': token " + std::to_string(b.token) + " is outside the vocabulary (0.." +
+                             std::to_string(nv - 1) + ")",
+                         at);
+    }
+  }
+  inf_ = &inf;
+  chat_ = chat;
+  streaming_ = req.stream;
+  include_usage_ = req.include_usage;
+  max_tokens_field_ = req.max_tokens_field;
+  constraint_field_ = req.constraint_field;
+  logprobs_ = req.logprobs;
+  echo_ = req.echo ? req.spec.prompt : std::string();
+  head_ = completion_result{};
+  head_.id = new_completion_id(chat);
+  head_.created = created;
+  head_.model = req.model.empty() ? inf.model_name() : req.model;
+  head_.logprobs = req.logprobs;
+  head_.text_offset_base = utf8_chars(echo_);
+  choices_.clear();
+  choices_.resize(static_cast<size_t>(req.n));
+  if (chat_)
+    for (auto& c : choices_) c.tool_parser = tool_parser_for(inf, req.spec);
+  n_ended_ = 0;
+  others_submitted_ = req.n == 1;
+  head_sent_ = false;
+  ended_ = false;
+  return std::nullopt;
+}
+
+completion_assembly::step completion_assembly::feed(size_t i, const actors::event& e) {
+  step s;
+  if (!accepts(i)) return s;
+  // Choices 1.. start once choice 0's first event is in (why: http_session.cpp, submit_choice).
+  if (!others_submitted_ && i == 0 && !std::holds_alternative<actors::error_event>(e)) {
+    others_submitted_ = true;
+    s.submit_others = true;
+  }
+  if (auto* t = std::get_if<actors::token_event>(&e))
+    on_token(s, i, *t);
+  else
+    on_final(s, i, e);
+  return s;
+}
+
+// A token's logprob as the response shows it: its bytes and the alternatives'.
+token_logprob_entry completion_assembly::logprob_entry(const actors::token_event& t) const {
+  token_logprob_entry out;
+  out.piece = inf_->token_piece(t.token);
+  out.logprob = t.logprob;
+  for (const auto& alt : t.top) out.top.emplace_back(inf_->token_piece(alt.token), alt.logprob);
+  return out;
+}
+
+std::string completion_assembly::chunk(const chunk_spec& c) const {
+  return sse_event(chat_ ? chat_chunk_json(head_, c) : text_chunk_json(head_, c));
+}
+
+// A token event of choice i: buffered (whole answers) or streamed as chunks.
+void completion_assembly::on_token(step& s, size_t i, const actors::token_event& t) {
+  auto& c = choices_[i];
+  std::vector<token_logprob_entry> lp;
+  if (c.tool_parser) {
+    if (logprobs_) lp.push_back(logprob_entry(t));
+    auto ds = c.tool_parser->push(t.text);
+    if (!streaming_) {
+      for (const auto& d : ds) c.text += d.content;
+      if (logprobs_) c.logprobs.push_back(std::move(lp.front()));
+      return;
+    }
+    return stream_tool_deltas(s, i, ds, logprobs_ ? &lp : nullptr);
+  }
+  if (logprobs_) {
+    c.held_logprobs.push_back(logprob_entry(t));
+    if (!t.text.empty()) lp.swap(c.held_logprobs);  // its text, and any held before, comes out
+  }
+  if (!streaming_) {
+    c.text += t.text;
+    for (auto& e : lp) c.logprobs.push_back(std::move(e));
+    return;
+  }
+  if (t.text.empty()) return;
+  ensure_head(s);
+  queue_text_chunk(s, i, t.text, lp);
+}
+
+// A streamed chunk of choice i's text with the logprobs of the tokens that made it.
+void completion_assembly::queue_text_chunk(step& s, size_t i, std::string_view text,
+                                           const std::vector<token_logprob_entry>& lp) {
+  auto& c = choices_[i];
+  chunk_spec cs;
+  cs.index = static_cast<int32_t>(i);
+  cs.text = text;
+  if (logprobs_) {
+    cs.logprobs = &lp;
+    cs.text_offset = head_.text_offset_base + c.piece_chars;
+    for (const auto& e : lp) c.piece_chars += utf8_chars(e.piece);
+  }
+  s.events.push_back(chunk(cs));
+}
+
+// Choice i's done or error event.
+void completion_assembly::on_final(step& s, size_t i, const actors::event& e) {
+  auto* d = std::get_if<actors::done_event>(&e);
+  if (!d) return on_error(s, std::get<actors::error_event>(e));
+  // A deadline that passed before the first token (in the queue, or during the prompt's
+  // prefill) is a 504, as the error event of one that passed while queued is: a 200 with no
+  // text would read as an empty answer. (With n > 1 the other choices' text stands.)
+  if (d->finish_reason == actors::finish::deadline && d->usage.completion_tokens == 0 && d->text.empty() &&
+      choices_.size() == 1 && !head_sent_)
+    return on_error(s, actors::error_event{d->request_id, actors::errc::deadline,
+                                           "the deadline (deadline_ms) passed before the first token", 0});
+  auto& c = choices_[i];
+  c.ended = true;
+  c.finish_reason = d->finish_reason;
+  c.usage = d->usage;
+  ++n_ended_;
+  if (c.tool_parser) {
+    auto ds = c.tool_parser->push(d->text);
+    auto rest = c.tool_parser->finish();
+    ds.insert(ds.end(), rest.begin(), rest.end());
+    if (!c.tool_parser->calls().empty() && c.finish_reason == actors::finish::stop) c.finish_reason = "tool_calls";
+    if (!streaming_) {
+      for (const auto& x : ds) c.text += x.content;
+    } else {
+      stream_tool_deltas(s, i, ds, nullptr);
+      chunk_spec cs;
+      cs.index = static_cast<int32_t>(i);
+      cs.finish_reason = c.finish_reason;
+      s.events.push_back(chunk(cs));
+    }
+  } else {
+    // The held text that comes out at the end brings its tokens' logprobs; with none (a stop
+    // string cut it), they go with it.
+    std::vector<token_logprob_entry> lp;
+    if (!d->text.empty()) lp.swap(c.held_logprobs);
+    c.held_logprobs.clear();
+    if (!streaming_) {
+      c.text += d->text;
+      for (auto& x : lp) c.logprobs.push_back(std::move(x));
+    } else {
+      ensure_head(s);
+      if (!d->text.empty()) queue_text_chunk(s, i, d->text, lp);
+      chunk_spec cs;
+      cs.index = static_cast<int32_t>(i);
+      cs.finish_reason = d->finish_reason;
+      s.events.push_back(chunk(cs));
+    }
+  }
+  if (n_ended_ < choices_.size()) return;
+  ended_ = true;
+  const actors::usage_info usage = summed_usage();
+  if (!streaming_) {
+    completion_result r = head_;
+    r.usage = usage;
+    for (size_t k = 0; k < choices_.size(); ++k) {
+      auto& ch = choices_[k];
+      std::vector<actors::tool_call> calls;
+      if (ch.tool_parser)
+        for (size_t j = 0; j < ch.tool_parser->calls().size(); ++j)
+          calls.push_back({call_id(k, j), ch.tool_parser->calls()[j].name, ch.tool_parser->calls()[j].arguments});
+      r.choices.push_back({echo_ + ch.text, ch.finish_reason, std::move(ch.logprobs), std::move(calls),
+                           ch.tool_parser && ch.tool_parser->forced()});
+    }
+    s.answer = chat_ ? chat_completion_json(r) : text_completion_json(r);
+    return;
+  }
+  if (include_usage_) {
+    chunk_spec u;
+    u.usage = &usage;
+    u.no_choices = true;
+    s.events.push_back(chunk(u));
+  }
+  s.end_stream = true;
+}
+
+// One choice failed: the answer fails, the other choices stop. Before the stream's head it is the
+// HTTP answer; after, an SSE error event ends the stream.
+void completion_assembly::on_error(step& s, const actors::error_event& err) {
+  ended_ = true;
+  s.cancel = true;
+  api_error ae = from_pipeline_error(err, chat_ ? "messages" : "prompt", max_tokens_field_, constraint_field_);
+  if (!head_sent_) {
+    if (ae.status == 429 || ae.status == 503) s.retry_after_s = std::max<int64_t>(1, (err.retry_after_ms + 999) / 1000);
+    s.error = std::move(ae);
+    return;
+  }
+  s.events.push_back(sse_event(error_json(ae)));
+  s.end_stream = true;
+}
+
+// The prompt is counted once (choice 0's, with its prefix-cache share); the completions (and
+// their speculation) add up.
+actors::usage_info completion_assembly::summed_usage() const {
+  actors::usage_info usage = choices_[0].usage;
+  usage.completion_tokens = 0;
+  usage.speculative_proposed = usage.speculative_accepted = 0;
+  for (const auto& ch : choices_) {
+    usage.completion_tokens += ch.usage.completion_tokens;
+    usage.speculative_proposed += ch.usage.speculative_proposed;
+    usage.speculative_accepted += ch.usage.speculative_accepted;
+  }
+  return usage;
+}
+
+// A tool call's id: unique per completion and choice, as OpenAI's `call_...`.
+std::string completion_assembly::call_id(size_t choice, size_t call) const {
+  return "call_" + head_.id.substr(head_.id.find('-') + 1) + "_" + std::to_string(choice) + "_" + std::to_string(call);
+}
+
+// Streams what the tool-call parser released: content as `delta.content`, calls as
+// `delta.tool_calls` (id, type and name first, then the arguments in pieces). The token's
+// logprobs (when asked) ride on the first chunk, or on an empty one.
+void completion_assembly::stream_tool_deltas(step& s, size_t i,
+                                             const std::vector<structured::tool_call_parser::delta>& ds,
+                                             const std::vector<token_logprob_entry>* lp) {
+  ensure_head(s);
+  for (const auto& d : ds) {
+    chunk_spec cs;
+    cs.index = static_cast<int32_t>(i);
+    std::string id;
+    if (d.call < 0) {
+      if (d.content.empty()) continue;
+      cs.text = d.content;
+    } else {
+      cs.call_index = d.call;
+      if (!d.name.empty()) {
+        id = call_id(i, static_cast<size_t>(d.call));
+        cs.call_id = id;
+        cs.call_name = d.name;
+      }
+      cs.call_arguments = d.arguments;
+    }
+    cs.logprobs = lp;
+    lp = nullptr;
+    s.events.push_back(chunk(cs));
+  }
+  if (lp) {
+    chunk_spec cs;
+    cs.index = static_cast<int32_t>(i);
+    cs.logprobs = lp;
+    s.events.push_back(chunk(cs));
+  }
+}
+
+// The stream opens (the session writes its head) before the first chunk of any choice; each
+// choice opens with its role (chat) or the echoed prompt (completions with `echo`).
+void completion_assembly::ensure_head(step& s) {
+  if (head_sent_) return;
+  head_sent_ = true;
+  s.open_stream = true;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    chunk_spec c;
+    c.index = static_cast<int32_t>(i);
+    if (chat_) {
+      c.role_only = true;
+      c.calls_only = choices_[i].tool_parser && choices_[i].tool_parser->forced();
+    }
+    else if (!echo_.empty()) c.text = echo_;
+    else continue;
+    s.events.push_back(chunk(c));
+  }
+}
+
+}  // namespace troupe::net
