@@ -26,6 +26,7 @@
 #include "bench/llama_runner.hpp"
 #include "bench/quality_bench.hpp"
 #include "bench/read_ceiling.hpp"
+#include "model/huge_pages.hpp"
 #include "model/batch_generator.hpp"
 #include "model/cpu_backend.hpp"
 #include "model/loaded_model.hpp"
@@ -127,6 +128,9 @@ struct troupe_figures {
   std::vector<profiled_batch> profiles;
   size_t kv_bytes_per_token = 0;
   int32_t block_size = 0;
+  // How many bytes 2 MiB pages back (model/huge_pages.hpp): of the packed weights, and of the
+  // buffer the paired ceiling reads (0 of 0 where there is none).
+  size_t packed_bytes = 0, packed_huge_bytes = 0, read_bytes = 0, read_huge_bytes = 0;
   double at(int b) const {
     for (auto [bb, tps] : agg)
       if (bb == b) return tps;
@@ -187,9 +191,17 @@ result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmu
   // streaming reads of the weights' bytes on the backend's threads.
   auto* cpu = dynamic_cast<cpu_backend*>(&be);
   std::optional<read_ceiling_probe> probe;
-  if (cpu) probe.emplace(cpu->pool(), weight_bytes);
+  if (cpu) {
+    probe.emplace(cpu->pool(), weight_bytes);
+    f.packed_bytes = cpu->packed_size();
+    f.packed_huge_bytes = cpu->packed_huge_page_bytes();
+  }
   for (int r = 0; r < o.repeats; ++r) {
     const read_ceiling before = probe ? probe->measure(3) : read_ceiling{};
+    if (probe && r == 0) {  // its pages are in place once it has been read
+      f.read_bytes = weight_bytes;
+      f.read_huge_bytes = probe->huge_page_bytes();
+    }
     batch_generator gen(be, 512);
     generation_request req;
     req.prompt = random_prompt(16, hp.n_vocab, 100 + static_cast<uint32_t>(r));
@@ -544,6 +556,9 @@ std::string engine_json(const bench_options& o, const loaded_model& lm, int thre
         doubles("ceiling_percent_paired_runs", r.tg_ceiling_percent);
         doubles("ceiling_paired_gb_per_s", r.tg_ceiling_gb_per_s);
         figure("ceiling_percent_paired", median(r.tg_ceiling_percent));
+        w.field("packed_bytes", static_cast<uint64_t>(r.packed_bytes))
+            .field("packed_huge_page_bytes", static_cast<uint64_t>(r.packed_huge_bytes))
+            .field("paired_read_huge_page_bytes", static_cast<uint64_t>(r.read_huge_bytes));
       }
       w.end_object();
     };
@@ -839,6 +854,12 @@ int run_bench_engine(const bench_options& o) {
       }
       std::printf("\n");
     }
+    for (const auto& r : runs)
+      if (r.packed_bytes)
+        std::printf("%s: 2 MiB pages back %.1f of the packed weights' %.1f MB and %.1f of the paired read's %.1f MB "
+                    "(transparent huge pages: %s)\n",
+                    r.name().c_str(), r.packed_huge_bytes / 1e6, r.packed_bytes / 1e6, r.read_huge_bytes / 1e6,
+                    r.read_bytes / 1e6, transparent_huge_pages_mode().c_str());
     // At depth long_tokens a step also reads the sequence's K/V, as many bytes again as the
     // weights at 4096 tokens of fp16 K/V: the ceiling there counts both.
     for (const auto& r : runs)

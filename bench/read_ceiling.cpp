@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "model/huge_pages.hpp"
+
 namespace troupe::bench {
 
 namespace {
@@ -14,7 +16,10 @@ using v4d = double __attribute__((vector_size(32)));
 
 read_ceiling_probe::read_ceiling_probe(model::thread_pool& pool, size_t bytes) : pool_(pool), bytes_(bytes) {
   n_ = (bytes + 127) / 128 * 4;  // v4d elements, a multiple of 4
-  auto* buf = static_cast<v4d*>(std::aligned_alloc(64, n_ * sizeof(v4d)));
+  // The same kind of memory as the packed weights (2 MiB pages where the kernel gives them,
+  // model/huge_pages.hpp): the ceiling must not be read from slower pages than decode reads.
+  mem_ = model::alloc_huge_pages(n_ * sizeof(v4d));
+  auto* buf = reinterpret_cast<v4d*>(mem_.get());
   if (!buf) return;
   buf_ = buf;
   // Each thread touches its own slice first, so its pages are where that thread reads them.
@@ -26,7 +31,8 @@ read_ceiling_probe::read_ceiling_probe(model::thread_pool& pool, size_t bytes) :
   });
 }
 
-read_ceiling_probe::~read_ceiling_probe() { std::free(buf_); }
+
+size_t read_ceiling_probe::huge_page_bytes() const { return model::huge_page_backed_bytes(buf_, n_ * 32); }
 
 read_ceiling read_ceiling_probe::measure(int passes) {
   if (!buf_) return {};

@@ -2,6 +2,8 @@
 // The ceiling of single-sequence decode: a decode step reads every weight once, so it cannot run
 // faster than a plain streaming read of that many bytes on the same threads.
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 
 #include "model/thread_pool.hpp"
 
@@ -18,17 +20,19 @@ struct read_ceiling {
 class read_ceiling_probe {
  public:
   read_ceiling_probe(model::thread_pool& pool, size_t bytes);
-  ~read_ceiling_probe();
   read_ceiling_probe(const read_ceiling_probe&) = delete;
   read_ceiling_probe& operator=(const read_ceiling_probe&) = delete;
 
   read_ceiling measure(int passes);
+  // The buffer's bytes that 2 MiB pages back (as the packed weights', model/huge_pages.hpp).
+  size_t huge_page_bytes() const;
 
  private:
   model::thread_pool& pool_;
   size_t bytes_;
   size_t n_ = 0;         // 32-byte vectors in buf_
-  void* buf_ = nullptr;  // freed by the destructor
+  std::shared_ptr<uint8_t> mem_;
+  void* buf_ = nullptr;  // mem_'s bytes
 };
 
 }  // namespace troupe::bench

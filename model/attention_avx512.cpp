@@ -336,8 +336,9 @@ inline __m512 exp16(__m512 x) {
 }
 
 // Softmax's numerators in place: row[i] = exp(row[i] - max), and 1 / their sum (summed in 16
-// float lanes, then across them). A NaN score makes the row's weights NaN.
-float softmax_row(float* row, int32_t n) {
+// float lanes, then across them); the max and the sum into stats[0], stats[1] when asked (a part
+// of a split query, merged later). A NaN score makes the row's weights NaN.
+float softmax_row(float* row, int32_t n, float* stats = nullptr) {
   __m512 mx = _mm512_set1_ps(row[0]);
   for (int32_t i = 0; i < n; i += 16) {
     const auto m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
@@ -351,20 +352,27 @@ float softmax_row(float* row, int32_t n) {
     _mm512_mask_storeu_ps(row + i, m, e);
     sum = _mm512_add_ps(sum, e);
   }
-  return 1.0f / _mm512_reduce_add_ps(sum);
+  const float total = _mm512_reduce_add_ps(sum);
+  if (stats) {
+    stats[0] = _mm512_reduce_max_ps(mx);
+    stats[1] = total;
+  }
+  return 1.0f / total;
 }
 
 // Softmax of each head's scores in scratch, then V weighed into og, up to 4 heads per pass over V
 // at head size 64 (16 accumulators), 2 at 128.
 template <class E, int HD>
 void weigh_all(const typename E::type* V, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
-               int kv_head, int group, float* og, float* scratch, prefetch_cursor<HD, typename E::type>& ahead) {
+               int kv_head, int group, float* og, float* scratch, prefetch_cursor<HD, typename E::type>& ahead,
+               float* stats) {
   float inv[4];
   constexpr int per_pass = HD == 64 ? 4 : 2;
   for (int h0 = 0; h0 < group; h0 += per_pass) {
     const int nh = std::min(per_pass, group - h0);
     float* w = scratch + static_cast<int64_t>(h0) * n_ctx;
-    for (int h = 0; h < nh; ++h) inv[h] = softmax_row(w + static_cast<int64_t>(h) * n_ctx, n_ctx);
+    for (int h = 0; h < nh; ++h)
+      inv[h] = softmax_row(w + static_cast<int64_t>(h) * n_ctx, n_ctx, stats ? stats + 2 * (h0 + h) : nullptr);
     float* o = og + static_cast<int64_t>(h0) * HD;
     auto* first = h0 == 0 ? &ahead : nullptr;
     switch (nh) {
@@ -378,11 +386,10 @@ void weigh_all(const typename E::type* V, const kv_layer_view& kv, const int32_t
 
 template <class E, int HD>
 void attend(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head, int group,
-            float scale, float* out, float* scratch) {
+            float scale, float* og, float* scratch, float* stats) {
   const auto* K = static_cast<const typename E::type*>(kv.k);
   const auto* V = static_cast<const typename E::type*>(kv.v);
   const float* qg = q + static_cast<int64_t>(kv_head) * group * HD;
-  float* og = out + static_cast<int64_t>(kv_head) * group * HD;
   // q8 K is always by column (kv_k_by_column; paged_attention_group checks), f32 K by row.
   const float* k_scales = E::kScaled ? kv.k_scale : nullptr;
   const float* v_scales = E::kScaled ? kv.v_scale : nullptr;
@@ -391,7 +398,7 @@ void attend(const float* q, const kv_layer_view& kv, const int32_t* block_table,
   else if constexpr (std::is_same_v<E, f32_kv>) score_by_row<E, HD>(K, kv, block_table, n_ctx, qg, group, scale, scratch, ahead);
   else if (kv.k_by_column) score_by_column<E, HD>(K, kv, block_table, n_ctx, qg, group, scale, scratch, ahead);
   else score_by_row<E, HD>(K, kv, block_table, n_ctx, qg, group, scale, scratch, ahead);
-  weigh_all<E, HD>(V, kv, block_table, n_ctx, kv_head, group, og, scratch, ahead);
+  weigh_all<E, HD>(V, kv, block_table, n_ctx, kv_head, group, og, scratch, ahead, stats);
 }
 
 }  // namespace
@@ -417,12 +424,42 @@ void quantize_row_q8(const float* x, int n, int8_t* codes, float* scale) {
   *scale = all_finite ? d : std::numeric_limits<float>::quiet_NaN();
 }
 
+void merge_parts_avx512(const float* parts, const float* stats, int n_parts, int group, int head_dim, float* out) {
+  for (int h = 0; h < group; ++h) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int p = 0; p < n_parts; ++p) mx = std::max(mx, stats[2 * (p * group + h)]);
+    // Part p's outputs are normalised over its own positions: weighed by its share of the whole
+    // softmax sum, sum_p * exp(max_p - max); summed part after part, 16 values at a time.
+    __m512 acc[8];
+    const int R = head_dim / 16;
+    for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+    float total = 0.0f;
+    for (int p = 0; p < n_parts; ++p) {
+      const float* st = stats + 2 * (p * group + h);
+      const float w = st[1] * std::exp(st[0] - mx);
+      total += w;
+      const float* src = parts + (static_cast<int64_t>(p) * group + h) * head_dim;
+      const __m512 wv = _mm512_set1_ps(w);
+      for (int i = 0; i < R; ++i) acc[i] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(src + 16 * i), acc[i]);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / total);
+    float* o = out + static_cast<int64_t>(h) * head_dim;
+    for (int i = 0; i < R; ++i) _mm512_storeu_ps(o + 16 * i, _mm512_mul_ps(acc[i], inv));
+  }
+}
+
 void attend_avx512(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
                    int group, float scale, float* out, float* scratch) {
+  attend_avx512_group(q, kv, block_table, n_ctx, kv_head, group, scale, out + static_cast<int64_t>(kv_head) * group * kv.head_dim,
+                      scratch, nullptr);
+}
+
+void attend_avx512_group(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
+                         int kv_head, int group, float scale, float* og, float* scratch, float* stats) {
   auto run = [&](auto rows) {
     using E = decltype(rows);
-    if (kv.head_dim == 64) attend<E, 64>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
-    else attend<E, 128>(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+    if (kv.head_dim == 64) attend<E, 64>(q, kv, block_table, n_ctx, kv_head, group, scale, og, scratch, stats);
+    else attend<E, 128>(q, kv, block_table, n_ctx, kv_head, group, scale, og, scratch, stats);
   };
   switch (kv.dtype) {
     case kv_dtype::f16: run(f16_kv{}); break;

@@ -4,8 +4,11 @@
 #include <cassert>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <new>
 
 #include "model/cpu_ops.hpp"
+#include "model/huge_pages.hpp"
 #include "model/quant.hpp"
 
 namespace troupe::model {
@@ -56,8 +59,13 @@ cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& 
   const auto& hp = model_->params();
   const size_t rows = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_head_kv * hp.n_layer;
   const size_t n = rows * hp.head_dim * kv_elem_size(kv_type_);
-  k_cache_.assign(n, 0);
-  v_cache_.assign(n, 0);
+  // In 2 MiB pages, as the weights: a step's attention reads blocks anywhere in the pool, and in
+  // 4 KiB pages nearly every block would cost a page walk (model/huge_pages.hpp).
+  k_cache_ = alloc_huge_pages(n);
+  v_cache_ = alloc_huge_pages(n);
+  if (!k_cache_ || !v_cache_) throw std::bad_alloc();
+  std::memset(k_cache_.get(), 0, n);
+  std::memset(v_cache_.get(), 0, n);
   if (kv_type_ == kv_dtype::q8) {
     k_scale_.assign(rows, 0.0f);
     v_scale_.assign(rows, 0.0f);
@@ -78,20 +86,34 @@ cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& 
 // deterministic and batch-invariant. order() reports fast when at least one matrix was packed
 // (on a CPU without the kernels, none is).
 void cpu_backend::pack_matrices() {
-  const void* embd = model_->token_embd().data;
-  auto pack = [&](weight_view& w) {
-    packed_weights p = pack_weights(w);
-    if (!p) return;
-    w.packed = p.bytes.get();
-    packed_.push_back(std::move(p));
-    // Not read again, but for the token embeddings (which may be the output head).
-    if (w.data != embd) model_->file().release_pages(w.data, static_cast<size_t>(w.n_out) * w.row_stride);
-  };
+  // In the order a step reads them, in one allocation of 2 MiB pages: a step streams them from
+  // first to last through as few pages as there can be (model/huge_pages.hpp).
+  std::vector<weight_view*> ws;
   for (auto& L : layers_)
-    for (weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*w);
-  pack(output_);
-  order_ = packed_.empty() ? matmul_order::llama_cpp : matmul_order::fast;
+    for (weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) ws.push_back(w);
+  ws.push_back(&output_);
+  size_t total = 0;
+  for (const weight_view* w : ws) total += packed_bytes(*w);
+  if (total == 0 || !(packed_ = alloc_huge_pages(total))) {
+    order_ = matmul_order::llama_cpp;
+    return;
+  }
+  packed_size_ = total;
+  const void* embd = model_->token_embd().data;
+  uint8_t* at = packed_.get();
+  for (weight_view* w : ws) {
+    const size_t bytes = packed_bytes(*w);
+    if (bytes == 0) continue;
+    pack_weights_into(*w, at);
+    w->packed = at;
+    at += bytes;
+    // Not read again, but for the token embeddings (which may be the output head).
+    if (w->data != embd) model_->file().release_pages(w->data, static_cast<size_t>(w->n_out) * w->row_stride);
+  }
+  order_ = matmul_order::fast;
 }
+
+size_t cpu_backend::packed_huge_page_bytes() const { return huge_page_backed_bytes(packed_.get(), packed_size_); }
 
 size_t cpu_backend::kv_bytes_per_token() const { return kv_token_bytes(model_->params(), kv_type_); }
 
@@ -100,8 +122,8 @@ kv_layer_view cpu_backend::layer_view(int layer) {
   kv_layer_view v;
   v.dtype = kv_type_;
   const size_t per_layer = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_kv_dim() * v.elem_size();
-  v.k = k_cache_.data() + per_layer * static_cast<size_t>(layer);
-  v.v = v_cache_.data() + per_layer * static_cast<size_t>(layer);
+  v.k = k_cache_.get() + per_layer * static_cast<size_t>(layer);
+  v.v = v_cache_.get() + per_layer * static_cast<size_t>(layer);
   if (kv_type_ == kv_dtype::q8) {
     const size_t rows_per_layer = static_cast<size_t>(n_blocks_) * block_size_ * hp.n_head_kv;
     v.k_scale = k_scale_.data() + rows_per_layer * static_cast<size_t>(layer);
@@ -112,6 +134,43 @@ kv_layer_view cpu_backend::layer_view(int layer) {
   v.block_size = block_size_;
   v.k_by_column = k_by_column_;
   return v;
+}
+
+void cpu_backend::plan_attention(int64_t T, const std::vector<int32_t>& tok_pos, const kv_layer_view& kv) {
+  const auto& hp = model_->params();
+  const int group = hp.n_head / hp.n_head_kv;
+  // Only the fast order splits (split_attention says no for llama.cpp's orders).
+  const attention_order order = order_ == matmul_order::fast ? attention_order::fast : attention_order::single;
+  attn_tasks_.clear();
+  attn_splits_.clear();
+  // Parts become tasks of their own only where the step has too few queries to keep the threads
+  // evenly busy (decode of a few sequences); else each query's parts run in one task, one after
+  // the other: the same arithmetic, without thousands of claims and hand-overs in a prompt chunk.
+  const bool spread = T * hp.n_head_kv < 4 * pool_.size();
+  int64_t n_parts = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const attention_split sp = split_attention(kv, order, tok_pos[static_cast<size_t>(t)] + 1);
+    for (int g = 0; g < hp.n_head_kv; ++g) {
+      if (sp.n_parts == 1) {
+        attn_tasks_.push_back({static_cast<int32_t>(t), g, 0, -1});
+        continue;
+      }
+      const auto split = static_cast<int32_t>(attn_splits_.size());
+      attn_splits_.push_back({n_parts, sp});
+      n_parts += sp.n_parts;
+      if (!spread) {
+        attn_tasks_.push_back({static_cast<int32_t>(t), g, -1, split});
+        continue;
+      }
+      for (int p = 0; p < sp.n_parts; ++p) attn_tasks_.push_back({static_cast<int32_t>(t), g, p, split});
+    }
+  }
+  grow(attn_parts_, static_cast<size_t>(n_parts * group * hp.head_dim));
+  grow(attn_stats_, static_cast<size_t>(n_parts * 2 * group));
+  if (attn_splits_.size() > attn_pending_size_) {
+    attn_pending_size_ = attn_splits_.size();
+    attn_pending_ = std::make_unique<std::atomic<int>[]>(attn_pending_size_);
+  }
 }
 
 void cpu_backend::for_each_row(int64_t n, const std::function<void(int64_t i)>& fn) {
@@ -247,6 +306,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
                               },
                               16, false};
 
+  plan_attention(T, tok_pos, layer_view(0));
   for (int il = 0; il < hp.n_layer; ++il) {
     L = &layers_[static_cast<size_t>(il)];
     kv = layer_view(il);
@@ -259,25 +319,49 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
       matmul_multi(ws, ys, 3, xn_.data(), T, pool_, &qkv_done, &attn_norm);
     }
     timer.lap(ph::qkv);
-    // Attention: one task per (token, kv head); each reads only its own sequence's blocks.
-    const int64_t n_tasks = T * hp.n_head_kv;
+    // Attention: one task per (token, kv head), or per part of one (split_attention); each reads
+    // only its own sequence's blocks. The task that finishes a split query's last part merges them.
+    for (size_t i = 0; i < attn_splits_.size(); ++i) attn_pending_[i].store(attn_splits_[i].split.n_parts);
     // Tasks are claimed dynamically (a descheduled worker takes none on a busy machine); each
     // task uses the scratch of the thread that runs it.
-    pool_.run_chunks(n_tasks, [&](int64_t task) {
+    auto attend_task = [&](int64_t i) {
       thread_local std::vector<float> scratch;
       // Grown in steps of 4096 values: one more position per decode step must not reallocate.
       if (scratch.size() < max_ctx * static_cast<size_t>(group))
         scratch.resize((max_ctx * static_cast<size_t>(group) + 4095) / 4096 * 4096);
-      const int64_t t = task / hp.n_head_kv;
-      const int g = static_cast<int>(task % hp.n_head_kv);
+      const attention_task& task = attn_tasks_[static_cast<size_t>(i)];
+      const int64_t t = task.t;
       const auto& s = b.seqs[static_cast<size_t>(tok_seq[static_cast<size_t>(t)])];
+      const int32_t n_ctx = tok_pos[static_cast<size_t>(t)] + 1;
+      if (task.split >= 0) {
+        const auto& sp = attn_splits_[static_cast<size_t>(task.split)];
+        const int p0 = task.part < 0 ? 0 : task.part, p1 = task.part < 0 ? sp.split.n_parts : task.part + 1;
+        for (int p = p0; p < p1; ++p) {
+          const int64_t part = sp.first_part + p;
+          paged_attention_part(q_.data() + t * nq, kv, s.block_table.data(), n_ctx, task.g, group, scale, sp.split, p,
+                               attn_parts_.data() + part * group * hd, attn_stats_.data() + part * 2 * group,
+                               scratch.data());
+        }
+        if (attn_pending_[static_cast<size_t>(task.split)].fetch_sub(p1 - p0, std::memory_order_acq_rel) == p1 - p0)
+          merge_attention_parts(attn_parts_.data() + sp.first_part * group * hd,
+                                attn_stats_.data() + sp.first_part * 2 * group, sp.split.n_parts, group,
+                                static_cast<int>(hd), att_.data() + t * nq + task.g * group * hd);
+        return;
+      }
       // llama.cpp sums the weighted values of a prompt batch in another order than those of a
       // decoded token; following it keeps the logits bit-identical (batch_sequence::n_prompt).
       const auto order = order_ == matmul_order::fast ? attention_order::fast
                          : s.n_prompt >= 2 && tok_pos[static_cast<size_t>(t)] < s.n_prompt ? attention_order::batch
                                                                                           : attention_order::single;
-      paged_attention_group(q_.data() + t * nq, kv, s.block_table.data(), tok_pos[static_cast<size_t>(t)] + 1, g,
-                            group, scale, att_.data() + t * nq, scratch.data(), order);
+      paged_attention_group(q_.data() + t * nq, kv, s.block_table.data(), n_ctx, task.g, group, scale,
+                            att_.data() + t * nq, scratch.data(), order);
+    };
+    // A prompt chunk has thousands of tasks: they are claimed a few at a time (a claim is an atomic
+    // that both threads contend for), 16 claims per thread at least, single tasks in decode.
+    const auto n_tasks = static_cast<int64_t>(attn_tasks_.size());
+    const int64_t per_claim = std::max<int64_t>(1, n_tasks / (16 * pool_.size()));
+    pool_.run_chunks((n_tasks + per_claim - 1) / per_claim, [&](int64_t c) {
+      for (int64_t i = c * per_claim; i < std::min(n_tasks, (c + 1) * per_claim); ++i) attend_task(i);
     });
 
     timer.lap(ph::attention);

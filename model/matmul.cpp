@@ -459,20 +459,32 @@ bool detail::amx_usable() {
   return usable;
 }
 
-packed_weights pack_weights(const weight_view& w) {
-  if (!detail::isa_supported(detail::isa_kind::avx512vnni) || detail::best_isa() != detail::isa_kind::avx512vnni) return {};
-  if (detail::x16_block_bytes(w.type) == 0 || w.n_in % detail::qk32 != 0 || w.n_out <= 0 || !w.data) return {};
+size_t packed_bytes(const weight_view& w) {
+  if (!detail::isa_supported(detail::isa_kind::avx512vnni) || detail::best_isa() != detail::isa_kind::avx512vnni) return 0;
+  if (detail::x16_block_bytes(w.type) == 0 || w.n_in % detail::qk32 != 0 || w.n_out <= 0 || !w.data) return 0;
+  const auto groups = static_cast<size_t>((w.n_out + 15) / 16);
+  // With AMX the tile layout follows the x16 one in the same allocation (see amx_usable).
+  const size_t amx_bytes = detail::amx_usable() ? detail::amx_group_bytes(w.n_in) * groups : 0;
+  return (detail::packed_group_bytes(w) * groups + amx_bytes + 63) / 64 * 64;
+}
+
+void pack_weights_into(const weight_view& w, uint8_t* mem) {
   const int64_t groups = (w.n_out + 15) / 16;
   const size_t group_bytes = detail::packed_group_bytes(w);
   const size_t total = group_bytes * static_cast<size_t>(groups);
-  // With AMX the tile layout follows the x16 one in the same allocation (see amx_usable).
-  const size_t amx_bytes = detail::amx_usable() ? detail::amx_group_bytes(w.n_in) * static_cast<size_t>(groups) : 0;
-  auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, (total + amx_bytes + 63) / 64 * 64));
-  if (!mem) return {};
   for (int64_t g = 0; g < groups; ++g) detail::pack_group(w, g, mem + static_cast<size_t>(g) * group_bytes);
-  for (int64_t g = 0; amx_bytes && g < groups; ++g)
+  if (!detail::amx_usable()) return;
+  for (int64_t g = 0; g < groups; ++g)
     detail::amx_pack_group(w.type, mem + static_cast<size_t>(g) * group_bytes, w.n_in,
                            mem + total + static_cast<size_t>(g) * detail::amx_group_bytes(w.n_in));
+}
+
+packed_weights pack_weights(const weight_view& w) {
+  const size_t bytes = packed_bytes(w);
+  if (bytes == 0) return {};
+  auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+  if (!mem) return {};
+  pack_weights_into(w, mem);
   return packed_weights{std::shared_ptr<uint8_t>(mem, [](uint8_t* p) { std::free(p); })};
 }
 

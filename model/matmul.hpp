@@ -43,6 +43,11 @@ struct packed_weights {
   explicit operator bool() const { return bytes != nullptr; }
 };
 packed_weights pack_weights(const weight_view& w);
+// The same in parts, for a caller that lays several matrices out in one allocation: the bytes
+// `w` packs into (a multiple of 64; 0 when it has no fast kernel), and the packing into `mem`
+// (64-byte aligned, packed_bytes(w) long).
+size_t packed_bytes(const weight_view& w);
+void pack_weights_into(const weight_view& w, uint8_t* mem);
 
 // Work on a chunk of output rows as soon as they are computed, by the thread that computed them
 // and before the call returns (biases, RoPE and K/V stores, SwiGLU, residual adds): no second

@@ -346,6 +346,45 @@ void kv_store(const kv_layer_view& kv, const int32_t* block_table, int32_t pos, 
     kv_store_head(kv, block_table, pos, h, k + static_cast<int64_t>(h) * kv.head_dim, v + static_cast<int64_t>(h) * kv.head_dim);
 }
 
+namespace {
+// A part spans at least this many positions (a part's fixed cost, its own prefetch start and
+// softmax, stays small against its work), and a query has at most k_max_parts of them.
+constexpr int32_t k_min_part = 64;
+constexpr int k_max_parts = 8;
+
+// Whether paged_attention_group runs the fast kernel for this view and order.
+bool runs_fast_kernel(const kv_layer_view& kv, attention_order order) {
+  if (kv.dtype == kv_dtype::q8) return kv.k_by_column && kv_q8_supported(kv.head_dim);
+  return (order == attention_order::fast || kv.k_by_column) && fast_kernel_fits(kv.head_dim);
+}
+}  // namespace
+
+attention_split split_attention(const kv_layer_view& kv, attention_order order, int32_t n_ctx) {
+  attention_split s;
+  s.part_len = n_ctx;
+  if (n_ctx <= k_min_part || kv.block_size <= 0 || !runs_fast_kernel(kv, order)) return s;
+  const int32_t want = std::min<int32_t>(k_max_parts, (n_ctx + k_min_part - 1) / k_min_part);
+  const int32_t bs = kv.block_size;
+  s.part_len = ((n_ctx + want - 1) / want + bs - 1) / bs * bs;
+  s.n_parts = static_cast<int>((n_ctx + s.part_len - 1) / s.part_len);
+  return s;
+}
+
+void paged_attention_part(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
+                          int kv_head, int group, float scale, const attention_split& split, int part, float* out_part,
+                          float* stats, float* scratch) {
+  const int32_t p0 = part * split.part_len;
+  const int32_t n = std::min(n_ctx, p0 + split.part_len) - p0;
+  // A part starts on a block boundary, so it is the query over its own blocks.
+  detail::attend_avx512_group(q, kv, block_table + p0 / kv.block_size, n, kv_head, group, scale, out_part, scratch,
+                              stats);
+}
+
+void merge_attention_parts(const float* parts, const float* stats, int n_parts, int group, int head_dim, float* out) {
+  // Only split queries are merged, and only the fast kernel splits: its CPU has AVX-512.
+  detail::merge_parts_avx512(parts, stats, n_parts, group, head_dim, out);
+}
+
 void paged_attention_group(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
                            int kv_head, int group, float scale, float* out, float* scratch, attention_order order) {
   if (n_ctx <= 0) {  // nothing to attend to (a query always sees at least its own position)

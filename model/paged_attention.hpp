@@ -77,4 +77,28 @@ void paged_attention_group(const float* q, const kv_layer_view& kv, const int32_
                            int32_t n_ctx, int kv_head, int group, float scale, float* out, float* scratch,
                            attention_order order = attention_order::single);
 
+// A query over many positions in parts (the fast kernel only): on 2 threads and 3 KV heads one
+// thread would otherwise attend two heads while the other waits for it; in parts of whole blocks
+// the work spreads evenly, and a long context's parts keep both threads busy at any batch size.
+// Each part's heads are normalised over its own positions, with their score max and softmax sum
+// kept; merge_attention_parts() weighs the parts by them. The split depends only on the view, the
+// order and n_ctx, never on the batch: a query gets the same arithmetic wherever it is computed
+// (a decode step, a verified speculative position, a prompt chunk).
+struct attention_split {
+  int n_parts = 1;
+  int32_t part_len = 0;  // positions per part (a multiple of the block size), the last one fewer
+};
+attention_split split_attention(const kv_layer_view& kv, attention_order order, int32_t n_ctx);
+
+// Part `part` of `split` of paged_attention_group's query: the group's outputs over that part's
+// positions into out_part (group * head_dim floats), each head's (max, sum) into stats (2 * group).
+// Only where split_attention() split (the fast kernel runs).
+void paged_attention_part(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
+                          int kv_head, int group, float scale, const attention_split& split, int part, float* out_part,
+                          float* stats, float* scratch);
+
+// The group's outputs (out: group * head_dim floats) from n_parts parts laid end to end (outputs
+// group * head_dim floats each, stats 2 * group each), in part order.
+void merge_attention_parts(const float* parts, const float* stats, int n_parts, int group, int head_dim, float* out);
+
 }  // namespace troupe::model

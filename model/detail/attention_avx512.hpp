@@ -19,5 +19,13 @@ void quantize_row_q8(const float* x, int n, int8_t* codes, float* scale);
 
 void attend_avx512(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
                    int group, float scale, float* out, float* scratch);
+// The same, writing the group's outputs at og (group * head_dim floats) and, when stats is not
+// null, each head's score max and softmax sum at stats[2h], stats[2h + 1] (a part of a split
+// query: paged_attention_part).
+// merge_attention_parts (paged_attention.hpp) for head sizes the kernel is built for.
+void merge_parts_avx512(const float* parts, const float* stats, int n_parts, int group, int head_dim, float* out);
+
+void attend_avx512_group(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
+                         int kv_head, int group, float scale, float* og, float* scratch, float* stats);
 
 }  // namespace troupe::model::detail

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "model/detail/matmul_kernels.hpp"
+#include "model/huge_pages.hpp"
 #include "model/quant.hpp"
 
 using namespace troupe::model;
@@ -444,6 +445,39 @@ TEST(Matmul, FastOrderSumsWholeBlocksBitForBit) {
         expect_close_to_reference(m, x, n_tok, y, true, std::string("fast ") + type_name(static_cast<uint32_t>(type)));
       }
     }
+  }
+}
+
+// Packing several matrices into one allocation (what the CPU backend does, in 2 MiB pages):
+// packed_bytes() says each one's room, pack_weights_into() writes the same bytes pack_weights()
+// does, and matrices laid end to end at those offsets multiply exactly as separate ones.
+TEST(Matmul, PackedEndToEndMatchesSeparatePacking) {
+  thread_pool pool(2);
+  const auto a = make_matrix(ggml_type::q4_1, 576, 40, 11), b = make_matrix(ggml_type::q8_0, 576, 17, 12);
+  const packed_weights pa = pack_weights(a.view()), pb = pack_weights(b.view());
+  if (!pa) GTEST_SKIP() << "no fast kernels on this CPU";
+  const size_t na = packed_bytes(a.view()), nb = packed_bytes(b.view());
+  ASSERT_GT(na, 0u);
+  ASSERT_GT(nb, 0u);
+  EXPECT_EQ(na % 64, 0u);
+  EXPECT_EQ(packed_bytes(make_matrix(ggml_type::f32, 64, 4, 1).view()), 0u);  // no fast kernel: nothing packed
+  auto arena = alloc_huge_pages(na + nb);
+  ASSERT_NE(arena, nullptr);
+  pack_weights_into(a.view(), arena.get());
+  pack_weights_into(b.view(), arena.get() + na);
+  EXPECT_EQ(std::memcmp(arena.get(), pa.bytes.get(), na), 0);
+  EXPECT_EQ(std::memcmp(arena.get() + na, pb.bytes.get(), nb), 0);
+  weight_view wa = a.view(), wb = b.view(), sa = a.view(), sb = b.view();
+  wa.packed = arena.get();
+  wb.packed = arena.get() + na;
+  sa.packed = pa.bytes.get();
+  sb.packed = pb.bytes.get();
+  const auto x = activations(3, 576, 13);
+  for (auto [w, s] : {std::pair{wa, sa}, std::pair{wb, sb}}) {
+    std::vector<float> y(static_cast<size_t>(3 * w.n_out)), z(y.size());
+    matmul(w, x.data(), 3, y.data(), pool);
+    matmul(s, x.data(), 3, z.data(), pool);
+    EXPECT_EQ(std::memcmp(y.data(), z.data(), y.size() * sizeof(float)), 0);
   }
 }
 

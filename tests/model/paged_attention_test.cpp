@@ -22,8 +22,10 @@ struct attention_case {
 
 // Runs paged_attention_group for every KV head and returns the outputs; want gets the reference
 // computed from the values as stored (fp16-rounded for f16).
+// With `split`, each query goes in the parts split_attention() gives it (merged after), as the
+// backend runs it.
 std::vector<float> run(const attention_case& c, kv_dtype dt, attention_order order, bool by_column,
-                       std::vector<double>& want) {
+                       std::vector<double>& want, bool split = false) {
   std::mt19937 rng(static_cast<unsigned>(c.head_dim * 131 + c.group * 7 + c.n_ctx));
   std::normal_distribution<float> d(0.0f, 1.0f);
   const int n_q = c.n_kv_heads * c.group, kvd = c.n_kv_heads * c.head_dim;
@@ -85,8 +87,19 @@ std::vector<float> run(const attention_case& c, kv_dtype dt, attention_order ord
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
   std::vector<float> out(q.size()), scratch(static_cast<size_t>(c.n_ctx) * c.group);
-  for (int g = 0; g < c.n_kv_heads; ++g)
-    paged_attention_group(q.data(), kv, table.data(), c.n_ctx, g, c.group, scale, out.data(), scratch.data(), order);
+  const attention_split sp = split_attention(kv, order, c.n_ctx);
+  for (int g = 0; g < c.n_kv_heads; ++g) {
+    if (!split || sp.n_parts == 1) {
+      paged_attention_group(q.data(), kv, table.data(), c.n_ctx, g, c.group, scale, out.data(), scratch.data(), order);
+      continue;
+    }
+    std::vector<float> parts(static_cast<size_t>(sp.n_parts * c.group * c.head_dim)), stats(2 * sp.n_parts * c.group);
+    for (int p = 0; p < sp.n_parts; ++p)
+      paged_attention_part(q.data(), kv, table.data(), c.n_ctx, g, c.group, scale, sp, p,
+                           parts.data() + p * c.group * c.head_dim, stats.data() + 2 * p * c.group, scratch.data());
+    merge_attention_parts(parts.data(), stats.data(), sp.n_parts, c.group, c.head_dim,
+                          out.data() + g * c.group * c.head_dim);
+  }
 
   // q8 K by column is scored against the query quantized as llama.cpp quantizes activations for
   // q8_0 K (int8 per 32 values, scale max |x| / 127): the reference sees that query.
@@ -151,6 +164,55 @@ TEST(PagedAttention, MatchesDoublePrecisionReference) {
                                  << (order == attention_order::batch ? " batch" : order == attention_order::fast ? " fast" : " single")
                                  << (by_column ? " K by column" : " K by row");
         }
+}
+
+// A long query in parts (split_attention, as the backend runs the fast kernel so that 3 KV heads
+// spread over 2 threads): whole blocks per part, at most 8, never a split at 64 positions or less
+// or where the fast kernel does not run, and the merged parts as close to the exact attention as
+// the whole query is.
+TEST(PagedAttention, SplitQueriesMatchTheReference) {
+  const attention_case cases[] = {
+      {3, 64, 3, 16, 65},    // two parts, the last of one position
+      {3, 64, 3, 16, 300},   // five parts of 64
+      {2, 128, 4, 32, 1000}, // eight parts of whole 32-position blocks
+      {3, 64, 3, 16, 4096},  // SmolLM2 at 4096 tokens of context
+      {2, 64, 3, 20, 161},   // blocks of 20
+  };
+  for (const auto& c : cases)
+    for (kv_dtype dt : {kv_dtype::f16, kv_dtype::q8}) {
+      kv_layer_view kv;
+      kv.dtype = dt;
+      kv.head_dim = c.head_dim;
+      kv.n_kv_heads = c.n_kv_heads;
+      kv.block_size = c.block_size;
+      kv.k_by_column = kv_k_by_column(dt, c.head_dim, true);
+      const attention_split sp = split_attention(kv, attention_order::fast, c.n_ctx);
+      if (sp.n_parts == 1) GTEST_SKIP() << "no fast attention kernel on this CPU";
+      EXPECT_LE(sp.n_parts, 8);
+      EXPECT_EQ(sp.part_len % c.block_size, 0);
+      EXPECT_LT((sp.n_parts - 1) * sp.part_len, c.n_ctx);  // the last part holds a position
+      EXPECT_GE(sp.n_parts * sp.part_len, c.n_ctx);
+      EXPECT_EQ(split_attention(kv, attention_order::fast, 64).n_parts, 1);
+      std::vector<double> want, want_whole;
+      const auto got = run(c, dt, attention_order::fast, kv.k_by_column, want, true);
+      const auto whole = run(c, dt, attention_order::fast, kv.k_by_column, want_whole, false);
+      double worst = 0, worst_whole = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, std::fabs(got[i] - want[i]));
+        worst_whole = std::max(worst_whole, std::fabs(whole[i] - want[i]));
+      }
+      EXPECT_LT(worst, 2e-6) << "n_ctx " << c.n_ctx << " in " << sp.n_parts << " parts"
+                             << (dt == kv_dtype::q8 ? " q8" : " f16");
+      EXPECT_LT(worst, 2 * worst_whole + 1e-7) << "merging parts must not lose accuracy";
+    }
+  // llama.cpp's orders, and head sizes without the fast kernel, are never split.
+  kv_layer_view kv;
+  kv.dtype = kv_dtype::f16;
+  kv.head_dim = 96;
+  kv.block_size = 16;
+  EXPECT_EQ(split_attention(kv, attention_order::fast, 4096).n_parts, 1);
+  kv.head_dim = 64;
+  EXPECT_EQ(split_attention(kv, attention_order::single, 4096).n_parts, 1);
 }
 
 // q8 rows at the edges of float: an all-zero row, one too small for 1 / scale to be finite
