@@ -55,6 +55,7 @@ parsed_frame parse_client_frame(std::string_view text) {
     if (f.id.empty() && !r.err) r.err = bad_request("'" + type + "' needs an 'id'", "id");
   };
   if (type == "generate") {
+    out.refused_generate = true;  // until the frame is read whole (below)
     f.type = frame_type::generate;
     detail::known_fields(r, {TROUPE_COMMON_FIELDS, "type", "id", "messages", "prompt", "resume_key", "tools",
                              "tool_choice", "logprobs", "top_logprobs"});
@@ -117,6 +118,7 @@ parsed_frame parse_client_frame(std::string_view text) {
     out.error = *r.err;
     return out;
   }
+  out.refused_generate = false;
   out.frame = std::move(f);
   return out;
 }

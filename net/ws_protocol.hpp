@@ -37,6 +37,8 @@ struct parsed_frame {
   // The frame's id when it could be read, so the error frame can name it: also for a frame
   // refused for a key given twice, unless the key twice is `id`.
   std::string id;
+  // A refused frame's `type` was "generate": a request refused (counted as one in /metrics).
+  bool refused_generate = false;
 };
 
 parsed_frame parse_client_frame(std::string_view text);

@@ -146,13 +146,18 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
                               "'id' is " + std::to_string(p.id.size()) + " bytes; at most " +
                                   std::to_string(max_id_bytes) + " are allowed",
                               "id"));
-    if (!p.frame) return send(error_frame(p.id, p.error));
+    if (!p.frame) {
+      if (p.refused_generate) return refuse(p.error.code, error_frame(p.id, p.error));
+      return send(error_frame(p.id, p.error));
+    }
     auto& f = *p.frame;
     if (f.type == frame_type::ping) return send(pong_frame(f.id));
     if (f.type == frame_type::auth) return auth(f);
-    if (!authed_)
-      return send(error_frame(f.id, "unauthorized",
-                              "send {\"type\":\"auth\",\"key\":...} or an Authorization header first"));
+    if (!authed_) {
+      std::string e = error_frame(f.id, "unauthorized",
+                                  "send {\"type\":\"auth\",\"key\":...} or an Authorization header first");
+      return f.type == frame_type::generate ? refuse("unauthorized", std::move(e)) : send(std::move(e));
+    }
     switch (f.type) {
       case frame_type::generate: return generate(f);
       case frame_type::cancel: return cancel(f);
@@ -201,32 +206,44 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     };
   }
 
+  // A generate frame refused before it reaches the pipeline: counted in troupe_requests_total
+  // under endpoint "ws" and the error's code, as a pipeline error is.
+  void refuse(const std::string& code, std::string frame) {
+    ctx_.met.count_request("ws", code);
+    send(std::move(frame));
+  }
+
   void generate(client_frame& f) {
     // In flight until its final frame is written (or dropped with the socket), taken before the
     // draining check (see http_session::handle).
     auto hold = std::make_shared<std::shared_ptr<void>>(ctx_.flight());
-    if (!ctx_.inf.ready()) return send(error_frame(f.id, "loading", "the model is still loading; retry shortly"));
+    if (!ctx_.inf.ready())
+      return refuse("loading", error_frame(f.id, "loading", "the model is still loading; retry shortly"));
     if (ctx_.draining)
-      return send(error_frame(f.id, "shutting_down", "the server is shutting down; retry on another instance"));
+      return refuse("shutting_down",
+                    error_frame(f.id, "shutting_down", "the server is shutting down; retry on another instance"));
     // logit_bias ids are checked against the vocabulary, which only the pipeline knows.
     if (const int32_t nv = ctx_.inf.vocab_size(); nv > 0) {
       for (const auto& b : f.spec.sampling.logit_bias)
         if (b.token >= nv)
-          return send(error_frame(f.id, "invalid_request",
-                                  "'logit_bias." + std::to_string(b.token) + "': token " + std::to_string(b.token) +
-                                      " is outside the vocabulary (0.." + std::to_string(nv - 1) + ")",
-                                  "logit_bias." + std::to_string(b.token)));
+          return refuse("invalid_request",
+                        error_frame(f.id, "invalid_request",
+                                    "'logit_bias." + std::to_string(b.token) + "': token " + std::to_string(b.token) +
+                                        " is outside the vocabulary (0.." + std::to_string(nv - 1) + ")",
+                                    "logit_bias." + std::to_string(b.token)));
     }
     // Ended streams leave the socket's list (their records stay in the store for the window).
     for (auto it = streams_.begin(); it != streams_.end();) it = it->second->ended() ? streams_.erase(it) : std::next(it);
     if (running_streams() >= ctx_.opts.max_streams_per_connection)
-      return send(error_frame(f.id, "too_many_streams",
-                              "this connection runs " + std::to_string(ctx_.opts.max_streams_per_connection) +
-                                  " streams already (server.max_streams_per_connection); wait for one to end"));
+      return refuse("too_many_streams",
+                    error_frame(f.id, "too_many_streams",
+                                "this connection runs " + std::to_string(ctx_.opts.max_streams_per_connection) +
+                                    " streams already (server.max_streams_per_connection); wait for one to end"));
     auto rec = ctx_.resumes.create(owner_, f.id, f.resume_key);
     if (!rec)
-      return send(error_frame(f.id, "duplicate_id",
-                              "the id '" + f.id + "' is in use (a running stream, or one still resumable)"));
+      return refuse("duplicate_id",
+                    error_frame(f.id, "duplicate_id",
+                                "the id '" + f.id + "' is in use (a running stream, or one still resumable)"));
     rec->attach(make_sink(), -1, this);
     streams_[f.id] = rec;
     f.spec.tenant = tenant_;

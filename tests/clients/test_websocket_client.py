@@ -224,6 +224,41 @@ def ws_cancelled_count(server):
     return 0.0
 
 
+def ws_requests_count(server, status):
+    import urllib.request
+    prefix = 'troupe_requests_total{endpoint="ws",status="%s"} ' % status
+    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(prefix):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def test_refused_generate_frames_are_counted_as_requests(server):
+    """A generate refused before the pipeline (a field out of range, an id in use) is a request
+    answered with an error, counted in /metrics under its code as a pipeline error is; a refused
+    ping is not a request."""
+    async def body():
+        invalid, duplicate = ws_requests_count(server, "invalid_request"), ws_requests_count(server, "duplicate_id")
+        async with connect(server.ws_url) as ws:
+            await ws.send(json.dumps({"type": "generate", "id": "t", "prompt": "hi", "temperature": -1}))
+            f = await recv_json(ws)
+            assert (f["type"], f["code"], f["param"]) == ("error", "invalid_request", "temperature"), f
+            await ws.send(json.dumps({"type": "ping", "bogus": 1}))
+            assert (await recv_json(ws))["type"] == "error"
+            await ws.send(generate("twice", "Write a long poem.", 200, ignore_eos=True))
+            await ws.send(generate("twice", "Write a long poem.", 200, ignore_eos=True))
+            while True:
+                f = await recv_json(ws)
+                if f["type"] == "error":
+                    assert (f["id"], f["code"]) == ("twice", "duplicate_id"), f
+                    break
+            await ws.send(json.dumps({"type": "cancel", "id": "twice"}))
+        assert ws_requests_count(server, "invalid_request") == invalid + 1
+        assert ws_requests_count(server, "duplicate_id") == duplicate + 1
+    run(body())
+
+
 def test_a_stream_without_resume_key_ends_with_its_socket(server):
     """Nobody can resume a stream started without a resume_key: when its socket drops it is
     cancelled at once instead of generating on for the resumption window."""

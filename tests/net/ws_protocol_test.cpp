@@ -71,6 +71,25 @@ TEST(ws_protocol, bad_frames_name_the_problem) {
 
 // `auth` needs its `key` (a missing one is named, not reported as a wrong key); a `ping`'s
 // optional `id` comes back in its `pong`, so that a client can match them.
+// A generate frame refused while it is read is a refused request (the session counts it in
+// /metrics); other frames refused, and generate frames read whole, are not.
+TEST(ws_protocol, refused_generate_frames_are_told_apart) {
+  auto bad_generate = parse_client_frame(R"({"type":"generate","id":"g","prompt":"hi","temperature":-1})");
+  EXPECT_FALSE(bad_generate.frame);
+  EXPECT_TRUE(bad_generate.refused_generate);
+  EXPECT_EQ(bad_generate.id, "g");
+  auto unknown_field = parse_client_frame(R"({"type":"generate","id":"g","prompt":"hi","bogus":1})");
+  EXPECT_TRUE(unknown_field.refused_generate);
+  EXPECT_EQ(unknown_field.error.param, "bogus");
+  auto good = parse_client_frame(R"({"type":"generate","id":"g","prompt":"hi"})");
+  ASSERT_TRUE(good.frame);
+  EXPECT_FALSE(good.refused_generate);
+  auto bad_cancel = parse_client_frame(R"({"type":"cancel"})");
+  EXPECT_FALSE(bad_cancel.frame);
+  EXPECT_FALSE(bad_cancel.refused_generate);
+  EXPECT_FALSE(parse_client_frame("not json").refused_generate);
+}
+
 TEST(ws_protocol, auth_needs_a_key_and_pong_echoes_the_ping_id) {
   auto no_key = parse_client_frame(R"({"type":"auth"})");
   ASSERT_FALSE(no_key.frame);
