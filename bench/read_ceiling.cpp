@@ -21,7 +21,6 @@ read_ceiling_probe::read_ceiling_probe(model::thread_pool& pool, size_t bytes) :
   mem_ = model::alloc_huge_pages(n_ * sizeof(v4d));
   auto* buf = reinterpret_cast<v4d*>(mem_.get());
   if (!buf) return;
-  buf_ = buf;
   // Each thread touches its own slice first, so its pages are where that thread reads them.
   // Zeros: no denormal slow path in the sums.
   const size_t n = n_;
@@ -32,11 +31,11 @@ read_ceiling_probe::read_ceiling_probe(model::thread_pool& pool, size_t bytes) :
 }
 
 
-size_t read_ceiling_probe::huge_page_bytes() const { return model::huge_page_backed_bytes(buf_, n_ * 32); }
+size_t read_ceiling_probe::huge_page_bytes() const { return model::huge_page_backed_bytes(mem_.get(), n_ * 32); }
 
 read_ceiling read_ceiling_probe::measure(int passes) {
-  if (!buf_) return {};
-  const auto* buf = static_cast<const v4d*>(buf_);
+  if (!mem_) return {};
+  const auto* buf = reinterpret_cast<const v4d*>(mem_.get());
   const size_t n = n_;
   std::vector<double> sink(static_cast<size_t>(pool_.size()));
   double best = 0;

@@ -30,9 +30,8 @@ class read_ceiling_probe {
  private:
   model::thread_pool& pool_;
   size_t bytes_;
-  size_t n_ = 0;         // 32-byte vectors in buf_
-  std::shared_ptr<uint8_t> mem_;
-  void* buf_ = nullptr;  // mem_'s bytes
+  size_t n_ = 0;                  // 32-byte vectors in mem_
+  std::shared_ptr<uint8_t> mem_;  // null when the allocation failed
 };
 
 }  // namespace troupe::bench

@@ -352,7 +352,8 @@ namespace {
 constexpr int32_t k_min_part = 64;
 constexpr int k_max_parts = 8;
 
-// Whether paged_attention_group runs the fast kernel for this view and order.
+// Whether paged_attention_group runs the fast kernel for this view and order (q8: whatever the
+// order; fp16/f32: in the fast order, or over K laid out by column for it).
 bool runs_fast_kernel(const kv_layer_view& kv, attention_order order) {
   if (kv.dtype == kv_dtype::q8) return kv.k_by_column && kv_q8_supported(kv.head_dim);
   return (order == attention_order::fast || kv.k_by_column) && fast_kernel_fits(kv.head_dim);
@@ -392,17 +393,12 @@ void paged_attention_group(const float* q, const kv_layer_view& kv, const int32_
               out + static_cast<int64_t>(kv_head + 1) * group * kv.head_dim, 0.0f);
     return;
   }
-  if (kv.dtype == kv_dtype::q8) {  // one kernel (the fast order's) whatever the order asked
-    if (kv.k_by_column && kv_q8_supported(kv.head_dim)) detail::attend_avx512(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
-    else attend_plain(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
-    return;
-  }
+  if (runs_fast_kernel(kv, order))
+    return detail::attend_avx512(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+  // q8 has one kernel (the fast order's) whatever the order asked; without it, plain loops.
+  if (kv.dtype == kv_dtype::q8) return attend_plain(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
   // K by column is read by the fast kernel (kv_k_by_column says when a view is laid out so).
   if (order == attention_order::fast || kv.k_by_column) {
-    if (fast_kernel_fits(kv.head_dim)) {
-      detail::attend_avx512(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
-      return;
-    }
     if (kv.k_by_column && kv.dtype == kv_dtype::f16) return attend_plain(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
     order = attention_order::single;  // other CPUs and head sizes: llama.cpp's decode order
   }
