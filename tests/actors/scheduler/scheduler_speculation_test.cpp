@@ -158,8 +158,7 @@ TEST(scheduler_state, speculation_per_request_and_above_the_batch_bound) {
 // min_acceptance the request decodes plainly for probe_steps steps, then probes once more.
 TEST(scheduler_state, speculation_backs_off_when_guesses_fail) {
   // After the prompt 40 41 42 the text goes 40 41 50, 40 41 51, 40 41 52, ...: each time the tail
-  // 40 41 comes back, the history guesses what followed it last time, and is wrong (a guess made
-  // on 40 alone, near where the last one came from, gets 41 right and no more).
+  // 40 41 comes back, the history guesses what followed it last time, and is wrong.
   fake_options fo;
   fo.n_blocks = 512;
   fo.script = {0, 0};
@@ -173,7 +172,7 @@ TEST(scheduler_state, speculation_backs_off_when_guesses_fail) {
     h.sched.enqueue(req(1, p, 33), h.now);
     h.run();
     EXPECT_EQ(h.tokens[1], fake_reference(fo, p, 33));
-    EXPECT_LE(h.finished[1].usage.speculative_accepted * 3, h.finished[1].usage.speculative_proposed);
+    EXPECT_EQ(h.finished[1].usage.speculative_accepted, 0);
     int n = 0;
     for (const auto& plan : h.plans) n += plan.entries[0].proposal.empty() ? 0 : 1;
     return n;

@@ -42,39 +42,6 @@ TEST(ngram, proposes_nothing_without_a_match_or_room) {
   EXPECT_TRUE(make(3, 4)->propose(1, {7, 1, 2, 9, 9, 1, 2}, 4).empty());
 }
 
-TEST(ngram, follows_the_source_it_copies_after_the_output_leaves_it) {
-  auto p = make(2, 3);
-  //                      0  1  2  3  4  5  6  7  8  9 10  11  12 13
-  const std::vector<int32_t> prompt{1, 2, 3, 4, 5, 6, 7, 8, 9, 3, 4, 20, 21, 0};
-  auto with = [&](std::vector<int32_t> out) {
-    auto c = prompt;
-    c.insert(c.end(), out.begin(), out.end());
-    return c;
-  };
-  // The output starts copying the passage at 0.
-  EXPECT_EQ(p->propose(7, with({1, 2}), 2), (std::vector<int32_t>{3, 4}));
-  // Both guesses kept, then the model wrote 99 where the source has 5: no tail of 2 or 3 matches.
-  EXPECT_TRUE(p->propose(7, with({1, 2, 3, 4, 99}), 2).empty());
-  // It came back with 6, the token after the one it replaced: one token is enough near the copy
-  // pointer (a fresh sequence with the same context guesses nothing: ngram_min is 2).
-  EXPECT_EQ(p->propose(7, with({1, 2, 3, 4, 99, 6}), 2), (std::vector<int32_t>{7, 8}));
-  EXPECT_TRUE(p->propose(8, with({1, 2, 3, 4, 99, 6}), 2).empty());
-
-  // [3 4] occurs at 2, at 9 and, most recently, in the output (followed by 99 3): the copy is at 4,
-  // so the guess continues there.
-  auto q = make(2, 3);
-  EXPECT_EQ(q->propose(7, with({1, 2}), 2), (std::vector<int32_t>{3, 4}));
-  EXPECT_TRUE(q->propose(7, with({1, 2, 3, 4, 99}), 2).empty());
-  // Asking whether a guess is coming moves nothing.
-  EXPECT_TRUE(q->expects_guess(7, with({1, 2, 3, 4, 99, 3, 4})));
-  EXPECT_EQ(q->propose(7, with({1, 2, 3, 4, 99, 3, 4}), 2), (std::vector<int32_t>{5, 6}));
-  // Without a pointer (a new sequence): the most recent occurrence.
-  EXPECT_EQ(q->propose(9, with({1, 2, 3, 4, 99, 3, 4}), 2), (std::vector<int32_t>{99, 3}));
-  // An ended sequence is forgotten: the same id starts without a pointer.
-  q->on_end(7, with({1, 2, 3, 4, 99, 3, 4, 5}), static_cast<int32_t>(prompt.size()));
-  EXPECT_EQ(q->propose(7, with({1, 2, 3, 4, 99, 3, 4}), 2), (std::vector<int32_t>{99, 3}));
-}
-
 TEST(speculative_config, ranges_and_unknown_methods_are_named) {
   speculative_config c;
   EXPECT_TRUE(check_speculative_config(c).ok());
