@@ -21,7 +21,12 @@ api_error from_pipeline_error(const actors::error_event& ev, std::string_view in
   const std::string& c = ev.code;
   if (c == errc::invalid_request || c == errc::context_length || c == errc::kv_capacity) {
     e.status = 400;
-    if (c == errc::context_length) e.param = std::string(input_field);  // as OpenAI names it
+    if (c == errc::context_length) {
+      // As OpenAI names it, and with its code: clients (LangChain, LiteLLM) match on it to trim
+      // the history and try again.
+      e.param = std::string(input_field);
+      e.code = "context_length_exceeded";
+    }
     if (c == errc::invalid_request) {
       std::string_view lead = std::string_view(e.message).substr(0, e.message.find(' '));
       if (!lead.empty() && lead.back() == ':') lead.remove_suffix(1);  // "speculative: no method 'x' ..."
@@ -143,7 +148,32 @@ parsed_openai parse_openai_request(std::string_view body, bool chat) {
   if (chat) {
     r.str("safety_identifier", ignored);
     r.str("prompt_cache_key", ignored);
-    if (auto m = r.get("metadata"); m && !m->is_object()) r.wrong("metadata", "an object", *m);
+    // metadata: held to OpenAI's limits (at most 16 pairs, keys up to 64 characters, string
+    // values up to 512), so that a request OpenAI refuses is refused here too.
+    if (auto m = r.get("metadata"); m && !r.err) {
+      if (!m->is_object()) {
+        r.wrong("metadata", "an object", *m);
+      } else {
+        size_t pairs = 0;
+        for (auto kv : dom::object(*m)) {
+          ++pairs;
+          const std::string key(kv.key);
+          if (key.size() > 64) {
+            r.err = bad_request("'metadata' keys must be at most 64 characters (one has " + std::to_string(key.size()) + ")",
+                                "metadata");
+          } else if (!kv.value.is_string()) {
+            reader sub{dom::object(*m), {}, "metadata."};
+            sub.wrong(key, "a string", kv.value);
+            r.err = sub.err;
+          } else if (std::string_view(kv.value).size() > 512) {
+            r.err = bad_request("'metadata." + key + "' must be at most 512 characters", "metadata." + key);
+          }
+          if (r.err) break;
+        }
+        if (!r.err && pairs > 16)
+          r.err = bad_request("'metadata' holds at most 16 pairs, not " + std::to_string(pairs), "metadata");
+      }
+    }
     // Values that ask for what the server does anyway; the others are refused by name.
     if (auto st = r.get("store"); st && !r.err) {
       if (!st->is_bool()) r.wrong("store", "a boolean", *st);

@@ -686,10 +686,10 @@ def test_sampled_requests_without_a_seed_differ_and_with_one_repeat(client):
 def test_a_prompt_over_the_context_names_its_field(client):
     with pytest.raises(openai.BadRequestError) as e:
         chat(client, messages=[{"role": "user", "content": "hello " * 9000}])
-    assert e.value.code == "context_length" and e.value.param == "messages", e.value.body
+    assert e.value.code == "context_length_exceeded" and e.value.param == "messages", e.value.body
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=MODEL_NAME, prompt="hello " * 9000, max_tokens=4)
-    assert e.value.code == "context_length" and e.value.param == "prompt", e.value.body
+    assert e.value.code == "context_length_exceeded" and e.value.param == "prompt", e.value.body
 
 
 def test_websocket_pong_echoes_the_ping_id_and_auth_names_a_missing_key(server):

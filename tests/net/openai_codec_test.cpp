@@ -60,6 +60,22 @@ static parsed_openai chat_with(const char* field) {
 // Integers that do not fit their field are named as out of range (top_k 10^12 used to wrap to a
 // negative number and read "must be >= 0"); numbers beyond 64 bits are named as such; huge
 // doubles are refused without undefined behaviour; any 64-bit seed goes, a negative one wraps.
+// metadata is ignored on purpose but held to OpenAI's limits, so what OpenAI refuses is refused.
+TEST(openai, metadata_is_held_to_openai_limits) {
+  EXPECT_TRUE(chat_with(R"("metadata":{"a":"b","team":"x"})").request);
+  EXPECT_EQ(chat_with(R"("metadata":{"a":1})").error.param, "metadata.a");
+  EXPECT_NE(chat_with(R"("metadata":{"a":{"b":[1]}})").error.message.find("must be a string"), std::string::npos);
+  EXPECT_EQ(chat_with(R"("metadata":["a"])").error.param, "metadata");
+  std::string many = R"("metadata":{)";
+  for (int i = 0; i < 17; ++i) many += (i ? "," : "") + ("\"k" + std::to_string(i) + "\":\"v\"");
+  auto seventeen = chat_with((many + "}").c_str());
+  ASSERT_FALSE(seventeen.request);
+  EXPECT_EQ(seventeen.error.param, "metadata");
+  EXPECT_NE(seventeen.error.message.find("16"), std::string::npos) << seventeen.error.message;
+  EXPECT_EQ(chat_with(("\"metadata\":{\"" + std::string(65, 'k') + "\":\"v\"}").c_str()).error.param, "metadata");
+  EXPECT_EQ(chat_with(("\"metadata\":{\"k\":\"" + std::string(513, 'v') + "\"}").c_str()).error.param, "metadata.k");
+}
+
 TEST(openai, out_of_range_integers_are_named) {
   auto big = chat_with(R"("top_k":1000000000000)");
   ASSERT_FALSE(big.request);
@@ -72,6 +88,23 @@ TEST(openai, out_of_range_integers_are_named) {
   ASSERT_FALSE(beyond.request);
   EXPECT_EQ(beyond.error.code, "invalid_json");
   EXPECT_NE(beyond.error.message.find("64 bits"), std::string::npos) << beyond.error.message;
+  EXPECT_EQ(beyond.error.param, "seed");
+  // Numbers no double holds, and integers past int64 below zero, name their field too, wherever
+  // they lie (simdjson's error carries no place: request_reader finds it).
+  for (const auto& [body, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"("max_tokens":1e400)", "max_tokens"},
+           {R"("temperature":-1e400)", "temperature"},
+           {R"("seed":-9223372036854775809)", "seed"},
+           {R"("seed":18446744073709551616)", "seed"},
+           {R"("logit_bias":{"12":1,"13":1e999})", "logit_bias.13"},
+           {R"("stop":["a\"],[1e400",2e400])", "stop[1]"}}) {
+    auto bad = chat_with(body.c_str());
+    ASSERT_FALSE(bad.request) << body;
+    EXPECT_EQ(bad.error.code, "invalid_json") << body;
+    EXPECT_EQ(bad.error.param, field) << body << ": " << bad.error.message;
+  }
+  EXPECT_EQ(parse_openai_request(R"({"messages":[{"role":"user","content":"1e400"}],"n":[1, 2e400]})", true).error.param,
+            "n[1]");
   auto seed = chat_with(R"("seed":-1)");
   ASSERT_TRUE(seed.request) << seed.error.message;
   EXPECT_EQ(seed.request->spec.sampling.seed, ~uint64_t{0});
@@ -489,6 +522,7 @@ TEST(openai, error_json_shape_and_status_mapping) {
   const auto too_long = from_pipeline_error({0, actors::errc::context_length, "m", 0}, "messages");
   EXPECT_EQ(too_long.status, 400);
   EXPECT_EQ(too_long.param, "messages");
+  EXPECT_EQ(too_long.code, "context_length_exceeded");  // OpenAI's code, which clients match on
   EXPECT_EQ(from_pipeline_error({0, actors::errc::overloaded, "m", 0}, "messages").param, "");
   EXPECT_EQ(from_pipeline_error({0, "loading", "m", 0}).status, 503);
   const auto j = error_json(e);

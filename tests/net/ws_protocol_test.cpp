@@ -276,6 +276,7 @@ TEST(ws_protocol, a_pipeline_error_names_the_field_the_frame_spelt) {
   ASSERT_TRUE(chat.frame) << chat.error.message;
   auto ctx = p.parse(pipeline_error_frame("c", {1, "context_length", "the prompt is too long", 0}, chat.frame->input_field, chat.frame->max_tokens_field));
   EXPECT_EQ(std::string_view(ctx["param"]), "messages");
+  EXPECT_EQ(std::string_view(ctx["code"]), "context_length_exceeded");  // OpenAI's code
   auto ctx2 = p.parse(pipeline_error_frame("b", {1, "context_length", "the prompt is too long", 0}, mt.frame->input_field, mt.frame->max_tokens_field));
   EXPECT_EQ(std::string_view(ctx2["param"]), "prompt");
   auto busy = p.parse(pipeline_error_frame("b", {1, "overloaded", "the queue is full", 500}, mt.frame->input_field, mt.frame->max_tokens_field));
