@@ -281,6 +281,12 @@ void completion_assembly::stream_tool_deltas(step& s, size_t i,
 
 // The stream opens (the session writes its head) before the first chunk of any choice; each
 // choice opens with its role (chat) or the echoed prompt (completions with `echo`).
+completion_assembly::step completion_assembly::open_stream_now() {
+  step s;
+  if (streaming_ && !ended_) ensure_head(s);
+  return s;
+}
+
 void completion_assembly::ensure_head(step& s) {
   if (head_sent_) return;
   head_sent_ = true;

@@ -43,6 +43,10 @@ class completion_assembly {
   std::optional<api_error> begin(const openai_request& req, bool chat, int64_t created, const inference& inf);
   // Choice `choice`'s next event (token events, then one done or error event).
   step feed(size_t choice, const actors::event& e);
+  // A streamed completion's head and role chunks now, before its first token (the session
+  // probes a client that closed its side: http_session.cpp, probe_reader); nothing when not
+  // streaming, already open or ended. From then on errors go out in the stream.
+  step open_stream_now();
 
   // Whether an event of `choice` still counts: a choice cancelled with its siblings may still
   // answer after the completion ended (or after the next request on this connection began).

@@ -6,6 +6,7 @@
 // onto it, so a session's state is only touched on its strand.
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -332,9 +333,13 @@ class http_session : public std::enable_shared_from_this<http_session> {
       endpoint_ = "health";
       if (!get) return method_not_allowed(path);
       const bool draining = ctx_.draining;
-      const bool ok = ctx_.inf.ready() && !draining;
+      const bool loaded = ctx_.inf.ready();
+      // Loaded but nothing can serve (a cluster front with no replica left): 503 too.
+      const std::string unavailable = loaded && !draining ? ctx_.inf.unavailable() : std::string();
+      const bool ok = loaded && !draining && unavailable.empty();
+      const std::string state = ok ? "ok" : draining ? "draining" : !loaded ? "loading" : unavailable;
       const std::string details = ctx_.inf.health_details();
-      std::string body = ok ? R"({"status":"ok")" : draining ? R"({"status":"draining")" : R"({"status":"loading")";
+      std::string body = R"({"status":")" + state + "\"";
       if (!details.empty()) body += "," + details;
       return send(ok ? http::status::ok : http::status::service_unavailable, body + "}", "application/json");
     }
@@ -575,6 +580,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
     queued_bytes_ = 0;
     gate_.stop();
     finishing_ = false;
+    head_counted_ = false;
+    probe_timer_.cancel();
   }
 
   void close() {
@@ -584,8 +591,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
     gate_.stop();
     if (request_ && !completion_.ended()) {
       // The client went away before its answer: counted as nginx does, 499 (a stream whose
-      // head went out was counted 200 then).
-      if (!completion_.stream_open()) ctx_.met.count_request(endpoint_, "499");
+      // head went out with an event was counted 200 then).
+      if (!head_counted_) ctx_.met.count_request(endpoint_, "499");
+      probe_timer_.cancel();
       request_.cancel();
     }
     hold_self_.reset();
@@ -697,14 +705,15 @@ class http_session : public std::enable_shared_from_this<http_session> {
       return send_error(*s.error);
     }
     if (s.answer) return send(http::status::ok, std::move(*s.answer), "application/json");
+    if (completion_.stream_open() && !head_counted_) count_head();  // opened early by probe_reader
     if (s.open_stream) send_sse_head();
     for (auto& ev : s.events) queue_chunk(std::move(ev));
     if (s.end_stream) return end_sse();
     if (token && completion_.streaming()) ack_when_written(i);
   }
 
-  void send_sse_head() {
-    ctx_.met.count_request(endpoint_, "200");
+  void send_sse_head(bool count = true) {
+    if (count) count_head();
     // HTTP/1.0 has no chunked coding (RFC 9112 6.1: only for an HTTP/1.1 request): the events
     // go out as they are and the closed connection ends the body.
     chunked_ = version_ >= 11;
@@ -714,6 +723,13 @@ class http_session : public std::enable_shared_from_this<http_session> {
                     (chunked_ ? "Transfer-Encoding: chunked\r\n" : "") + cors_header_lines();
     h += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     queue_raw(std::move(h));
+  }
+
+  // A stream counts as 200 once, when its head goes out with its first event.
+  void count_head() {
+    if (head_counted_) return;
+    head_counted_ = true;
+    ctx_.met.count_request(endpoint_, "200");
   }
 
   void end_sse() {
@@ -789,9 +805,32 @@ class http_session : public std::enable_shared_from_this<http_session> {
           self->reset_request_state();
           return self->do_read();
         }
+        if (self->completion_.streaming() && !self->completion_.ended()) self->probe_reader();
         return;
       }
       self->close();  // the client went away (reset): cancels the request
+    });
+  }
+
+  // A client that closed its side during a streamed completion has either half-closed (it still
+  // reads) or left: a chat page's stop button, or a client's timeout during a long prompt, where
+  // nothing is written for many seconds. Only a write tells them apart: a client that left answers
+  // it with a reset, and the write after that fails, which cancels the request (close()). So the
+  // stream opens at once (its head and role chunks, as its first token would open it) and an SSE
+  // comment, which clients skip, goes out every second until the completion ends. A whole
+  // (non-streamed) answer cannot be probed without committing its status: it is still answered.
+  void probe_reader() {
+    if (closed_ || finishing_ || completion_.ended()) return;
+    if (!completion_.stream_open()) {
+      auto s = completion_.open_stream_now();
+      if (s.open_stream) send_sse_head(/*count=*/false);  // counted when the answer comes (or 499)
+      for (auto& ev : s.events) queue_chunk(std::move(ev));
+    } else {
+      queue_chunk(": waiting for the model\n\n");
+    }
+    probe_timer_.expires_after(std::chrono::seconds(1));
+    probe_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (!ec) self->probe_reader();
     });
   }
 
@@ -812,6 +851,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
   std::string refusal_;         // why it is refused
   std::string cors_origin_;     // the request's allowed Origin (empty: none)
   bool peer_closed_ = false;    // the client half-closed (read EOF)
+  bool head_counted_ = false;   // the stream's 200 is counted (count_head)
+  asio::steady_timer probe_timer_{stream_.get_executor()};  // probe_reader's next write
   std::shared_ptr<http_session> hold_self_;  // alive while a half-closed client's answer is due
   std::array<char, 4096> drain_{};
   size_t lingered_ = 0;

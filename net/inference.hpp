@@ -57,6 +57,11 @@ class inference {
   virtual structured::tool_format tool_format() const { return structured::tool_format::hermes; }
   // Details for /health as JSON object members (`"cache":{...}`), possibly cached; may be empty.
   virtual std::string health_details() const { return {}; }
+  // Why a loaded server cannot serve a new request now, as /health's status word ("no_replica":
+  // every engine replica of a cluster is dead, draining or standing by), or empty when it can.
+  // /health then answers 503 with it, so that a load balancer stops sending requests that would
+  // all get 503. Possibly cached; it must not block.
+  virtual std::string unavailable() const { return {}; }
 
   // The answer of a request that is not a generation (/tokenize, /detokenize, /v1/embeddings):
   // a value, or the error to answer with (400 naming the field, 404 unknown_model, 503 loading).

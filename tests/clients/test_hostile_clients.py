@@ -149,6 +149,42 @@ def test_a_half_closed_client_gets_its_whole_answer(server, stream):
             assert json.loads(resp)["usage"]["completion_tokens"] == 24
 
 
+def metric_value(server, name):
+    import urllib.request
+    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_client_that_leaves_during_a_long_prompt_is_cancelled(server):
+    # A plain close (FIN) while a streamed request's long prompt is being computed, before any
+    # token: a FIN alone may be a half-close, so the server writes (the stream's head, then SSE
+    # comments) and the client's reset fails a write, which cancels the request within seconds
+    # instead of after the whole prompt and answer. Counted 499, as a client gone before its answer.
+    import random
+    words = ["river", "mill", "stone", "bridge", "market", "winter", "autumn", "water", "wheel", "town",
+             "child", "snow", "hill", "leaf", "sluice", "miller", "spring", "summer", "night", "day"]
+    rng = random.Random(time.time_ns())  # a new prompt each run: no prefix cache help
+    prompt = " ".join(rng.choice(words) for _ in range(5000))
+    name = 'troupe_requests_total{endpoint="completions",status="499"}'
+    before = metric_value(server, name)
+    body = json.dumps({"prompt": prompt, "max_tokens": 8, "stream": True}).encode()
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    s.sendall(post_bytes("/v1/completions", body))
+    time.sleep(0.5)
+    s.close()  # FIN: nothing was written to it yet, so no reset
+    deadline = time.monotonic() + 30
+    while metric_value(server, name) < before + 1:
+        assert time.monotonic() < deadline, "the request was not cancelled"
+        time.sleep(0.1)
+    deadline = time.monotonic() + 10
+    while metric_value(server, "troupe_running_sequences") > 0:
+        assert time.monotonic() < deadline, "the sequence still runs"
+        time.sleep(0.1)
+
+
 # ---- 3. Host, Origin, Content-Type, CORS ----------------------------------------------------------
 
 def test_a_foreign_host_is_421(server):
