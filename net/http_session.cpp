@@ -174,6 +174,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   // ---- reading and routing ----------------------------------------------------------------
   void do_read() {
     if (peer_closed_ && buffer_.size() == 0) return close();  // nothing more can come
+    endpoint_ = "other";  // until the header names one (on_header)
     parser_.emplace();
     parser_->body_limit(ctx_.opts.max_body_bytes);
     parser_->header_limit(16 * 1024);
@@ -185,19 +186,40 @@ class http_session : public std::enable_shared_from_this<http_session> {
   }
 
   void on_header(beast::error_code ec) {
+    if (ec == http::error::body_limit) {  // a Content-Length over the limit: the request line was read
+      if (const char* ep = json_endpoint(strip_query(parser_->get().target()))) endpoint_ = ep;
+    }
     if (ec) return on_read(ec);
     const auto& h = parser_->get();
     keep_alive_ = h.keep_alive();
     version_ = h.version();
     if (!refusal_.empty()) return refuse(h);
-    endpoint_ = "other";  // a refused header counts here (a 415 under its own endpoint: check_header)
+    // A refused header counts here (a 415 under its own endpoint: check_header); a refused body
+    // (413, malformed chunks) under the endpoint it was sent to.
+    endpoint_ = "other";
     if (auto e = check_header(h)) {
       keep_alive_ = false;  // the body (if any) stays unread: this connection cannot go on
       return send_error(*e);
     }
+    if (const char* ep = json_endpoint(strip_query(h.target()))) endpoint_ = ep;
     if (parser_->is_done()) return on_read({});
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    auto read_body = [self = shared_from_this()] {
+      http::async_read(self->stream_, self->buffer_, *self->parser_,
+                       [self](beast::error_code ec, size_t) { self->on_read(ec); });
+    };
+    // `Expect: 100-continue` (curl sends it for bodies over 1 KiB): the client waits for a 100
+    // before it sends the body (curl a second, others longer). A body over the limit is refused
+    // first, without one (Beast's parser checks Content-Length against body_limit on the header).
+    const auto expect = h[http::field::expect];
+    if (version_ >= 11 && beast::iequals(beast::string_view(expect.data(), expect.size()), "100-continue")) {
+      static constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
+      return asio::async_write(stream_, asio::buffer(k_continue.data(), k_continue.size()),
+                               [self = shared_from_this(), read_body](beast::error_code ec, size_t) {
+                                 if (ec) return self->close();
+                                 read_body();
+                               });
+    }
+    read_body();
   }
 
   // Framing, the Host and the Origin, before the body is read (net/request_guard.hpp).
@@ -241,7 +263,6 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (ec == http::error::end_of_stream) return close();
     if (ec == http::error::body_limit) {
       keep_alive_ = false;
-      endpoint_ = "other";
       api_error e = bad_status(413, "the body is larger than " + std::to_string(ctx_.opts.max_body_bytes) +
                                        " bytes (server.max_body_bytes)", "body_too_large");
       e.param = "body";
@@ -254,7 +275,6 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (ec && ec.category() == http::make_error_code(http::error::bad_target).category()) {
       keep_alive_ = false;
-      endpoint_ = "other";
       return send_error(bad_status(400, "malformed HTTP request: " + ec.message(), "bad_http"));
     }
     if (ec) return close();

@@ -10,6 +10,7 @@ import asyncio
 import json
 import socket
 import time
+import urllib.request
 
 import pytest
 from websockets.asyncio.client import connect
@@ -82,6 +83,14 @@ def post_bytes(path, body, headers=b"Content-Type: application/json\r\n"):
             f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
 
 
+def metric_value(server, name):
+    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+    return 0.0
+
+
 # ---- 2. Transfer-Encoding: no desync -------------------------------------------------------------
 
 @pytest.mark.parametrize("te,with_length", [("gzip", False), ("chunked, gzip", False), ("gzip", True),
@@ -132,6 +141,42 @@ def test_a_body_over_the_limit_gets_413_not_a_broken_pipe(server):
         assert "1048576" in json.loads(resp)["error"]["message"]
 
 
+def test_a_413_is_counted_under_its_endpoint(server):
+    # Refused on its Content-Length, before the body: still the endpoint it was sent to.
+    name = 'troupe_requests_total{endpoint="chat_completions",status="413"}'
+    before = metric_value(server, name)
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 50000000\r\n\r\n")
+    with raw(server, head) as s:
+        assert read_response(s)[0] == 413
+    assert metric_value(server, name) == before + 1
+
+
+# ---- Expect: 100-continue --------------------------------------------------------------------------
+
+def test_expect_100_continue_gets_its_100_before_the_body(server):
+    # curl sends Expect: 100-continue with bodies over 1 KiB and waits (a second) for the 100.
+    body = json.dumps({"prompt": "Say hi. " * 200, "max_tokens": 1}).encode()
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Expect: 100-continue\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+    with raw(server, head, timeout=10) as s:
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            chunk = s.recv(1)
+            assert chunk, "closed before the 100"
+            interim += chunk
+        assert interim.startswith(b"HTTP/1.1 100 Continue\r\n"), interim
+        s.sendall(body)
+        status, _, resp = read_response(s)
+        assert status == 200, resp
+        assert json.loads(resp)["usage"]["completion_tokens"] == 1
+    # Over the limit: the 413 comes at once, without a 100, and the body is never sent.
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Expect: 100-continue\r\nContent-Length: 50000000\r\n\r\n")
+    with raw(server, head, timeout=10) as s:
+        assert read_response(s)[0] == 413
+
+
 # ---- 7. half-closed clients -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -147,15 +192,6 @@ def test_a_half_closed_client_gets_its_whole_answer(server, stream):
             assert b'"finish_reason":"length"' in resp
         else:
             assert json.loads(resp)["usage"]["completion_tokens"] == 24
-
-
-def metric_value(server, name):
-    import urllib.request
-    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
-    return 0.0
 
 
 def test_a_client_that_leaves_during_a_long_prompt_is_cancelled(server):

@@ -5,12 +5,16 @@
 
 #include <gtest/gtest.h>
 
+#include <caf/all.hpp>
+
 #include <chrono>
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "actors/client.hpp"
+#include "actors/router/replica_door.hpp"
 #include "tests/support/changed_stages.hpp"
 #include "tests/support/fake_pipeline.hpp"
 
@@ -92,4 +96,54 @@ TEST(router_actor, a_reload_swaps_the_routing_policy_in_place_and_refuses_unknow
   auto refused_opts = p->reconfigure(opts, test::changed_stages(p->config(), opts));
   ASSERT_FALSE(refused_opts.ok());
   EXPECT_NE(refused_opts.error().find("no_such_knob"), std::string::npos) << refused_opts.error();
+}
+
+namespace {
+
+// The door's status once the router has answered its join (joined or refused).
+door_status join_answer(caf::actor_system& sys, const door_actor& door) {
+  caf::scoped_actor self{sys};
+  door_status st;
+  for (int i = 0; i < 500; ++i) {
+    self->request(door, 2s, stats_atom::value).receive([&](door_status& s) { st = std::move(s); }, [](caf::error&) {});
+    if (st.joined || !st.refused.empty()) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  return st;
+}
+
+}  // namespace
+
+TEST(router_actor, refuses_a_worker_that_computes_differently_naming_the_key_and_both_values) {
+  runtime rt;
+  auto& sys = rt.system();
+  router_options o;
+  o.model = "m";
+  o.n_vocab = 300;
+  o.config.numerics = {{"model.weights", "feed"}, {"model.matmul", "llama.cpp"}, {"kv.type", "f16"}};
+  auto router = spawn_router(sys, o);
+  door_options d;
+  d.model = "m";
+  d.n_vocab = 300;
+  d.name = "odd";
+  d.numerics = {{"model.weights", "feed"}, {"model.matmul", "fast"}, {"kv.type", "f16"}};
+  auto odd = spawn_replica_door(sys, d);
+  caf::anon_send(odd, connect_atom::value, router);
+  auto st = join_answer(sys, odd);
+  EXPECT_FALSE(st.joined);
+  EXPECT_NE(st.refused.find("model.matmul differs: this worker's is 'fast', the cluster's is 'llama.cpp'"),
+            std::string::npos)
+      << st.refused;
+
+  d.name = "alike";
+  d.numerics = o.config.numerics;
+  auto alike = spawn_replica_door(sys, d);
+  caf::anon_send(alike, connect_atom::value, router);
+  st = join_answer(sys, alike);
+  EXPECT_TRUE(st.joined) << st.refused;
+  EXPECT_EQ(st.replica_id, 1u);  // the refused one took no id
+
+  for (const auto& a : {caf::actor_cast<caf::actor>(odd), caf::actor_cast<caf::actor>(alike),
+                        caf::actor_cast<caf::actor>(router)})
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }

@@ -692,3 +692,115 @@ TEST(RouterState, SetPolicySwapsWithoutMovingWhatIsInFlight) {
   s.on_output(1, tokens_out(1, {5}));
   EXPECT_EQ(s.take_effects().to_streamer.tokens.size(), 1u);
 }
+
+// ---- who may join: replicas compute alike ----------------------------------------------------------
+
+namespace {
+
+replica_numerics numerics(const std::string& matmul, const std::string& kv = "f16") {
+  return {{"model.weights", "0123abcd"}, {"model.matmul", matmul}, {"kv.type", kv}};
+}
+
+}  // namespace
+
+TEST(RouterState, AWorkerMustComputeAsTheFrontsOwnReplica) {
+  auto c = config("round_robin");
+  c.numerics = numerics("llama.cpp");
+  router_state s(c, make_policy("round_robin"));
+  s.add_local(block, 0);
+  EXPECT_EQ(s.numerics_conflict(numerics("llama.cpp")), "");
+  const std::string why = s.numerics_conflict(numerics("fast"));
+  EXPECT_NE(why.find("model.matmul differs"), std::string::npos) << why;
+  EXPECT_NE(why.find("this worker's is 'fast'"), std::string::npos) << why;
+  EXPECT_NE(why.find("the cluster's is 'llama.cpp' (the front's own replica)"), std::string::npos) << why;
+  const std::string kv = s.numerics_conflict(numerics("llama.cpp", "q8"));
+  EXPECT_NE(kv.find("kv.type differs: this worker's is 'q8', the cluster's is 'f16'"), std::string::npos) << kv;
+  // A worker that reports nothing (an older build) is not taken on trust.
+  const std::string none = s.numerics_conflict({});
+  EXPECT_NE(none.find("this worker's is (not reported)"), std::string::npos) << none;
+  // Nor one that reports a key the front does not have.
+  auto extra = numerics("llama.cpp");
+  extra["model.backend"] = "cuda";
+  const std::string more = s.numerics_conflict(extra);
+  EXPECT_NE(more.find("model.backend differs: this worker's is 'cuda', the cluster's is (not reported)"),
+            std::string::npos)
+      << more;
+  // A reload (which carries no numerics) keeps the front's.
+  s.set_policy(config("least_loaded"), make_policy("least_loaded"));
+  EXPECT_NE(s.numerics_conflict(numerics("fast")).find("model.matmul differs"), std::string::npos);
+}
+
+TEST(RouterState, WithoutALocalReplicaServingTheLiveWorkersSetTheNumerics) {
+  auto c = config("round_robin", false);
+  c.numerics = numerics("llama.cpp");  // the front's standby replica computes nothing that is served
+  router_state s(c, make_policy("round_robin"));
+  s.add_local(block, 0);
+  EXPECT_EQ(s.numerics_conflict(numerics("fast")), "");  // the first worker sets them
+  EXPECT_EQ(s.add_replica("w1", block, 0, numerics("fast")), 1u);
+  EXPECT_EQ(s.numerics_conflict(numerics("fast")), "");
+  const std::string why = s.numerics_conflict(numerics("llama.cpp"));
+  EXPECT_NE(why.find("this worker's is 'llama.cpp', the cluster's is 'fast' (replica 1 (w1))"), std::string::npos)
+      << why;
+  // Once no worker with them is left, nothing is served with them: the next worker sets them again.
+  s.kill(1, "connection lost", 0);
+  EXPECT_EQ(s.numerics_conflict(numerics("llama.cpp")), "");
+}
+
+// ---- what /health and /metrics are told ---------------------------------------------------------------
+
+TEST(RouterState, ADeadReplicaReportsNoLoadAndIsForgottenAMinuteLater) {
+  router_state s(config("least_loaded"), make_policy("least_loaded"));
+  s.add_local(block, 0);
+  s.add_replica("w", block, 0);
+  load_report busy;
+  busy.running = 3;
+  busy.waiting = 1;
+  busy.kv_blocks_available = 100;
+  busy.kv_blocks_total = 728;
+  s.on_report(1, busy, 1000 * ms);
+  ASSERT_NE(stats_of(s.stats(), 1), nullptr);
+  EXPECT_EQ(stats_of(s.stats(), 1)->load.running, 3);
+  s.kill(1, "connection lost", 2000 * ms);
+  const auto* dead = stats_of(s.stats(), 1);
+  ASSERT_NE(dead, nullptr);
+  EXPECT_EQ(dead->state, "dead");
+  EXPECT_EQ(dead->load.running, 0);
+  EXPECT_EQ(dead->load.waiting, 0);
+  EXPECT_EQ(dead->load.kv_blocks_available, 0);
+  // Listed as dead for dead_kept_us, then gone; the local replica and the counters stay.
+  EXPECT_TRUE(s.expire(2000 * ms + router_state::dead_kept_us).empty());
+  EXPECT_NE(stats_of(s.stats(), 1), nullptr);
+  s.expire(2000 * ms + router_state::dead_kept_us + 1);
+  EXPECT_EQ(stats_of(s.stats(), 1), nullptr);
+  EXPECT_NE(stats_of(s.stats(), 0), nullptr);
+  EXPECT_EQ(s.stats().replica_deaths, 1);
+  // Its late output finds no replica: dropped, never passed on.
+  s.on_output(1, tokens_out(5, {1, 2}));
+  auto fx = s.take_effects();
+  EXPECT_TRUE(fx.to_streamer.tokens.empty());
+  EXPECT_EQ(s.add_replica("w", block, 0), 2u);  // ids are still never reused
+}
+
+TEST(RouterState, StatsSayWhyNoReplicaCanTakeARequest) {
+  router_state s(config("round_robin", false), make_policy("round_robin"));
+  s.add_local(block, 0);
+  std::string why = s.stats().no_replica;
+  EXPECT_NE(why.find("no worker is joined"), std::string::npos) << why;
+  EXPECT_NE(why.find("cluster.local_replica = false"), std::string::npos) << why;
+  s.add_replica("w", block, 0);
+  EXPECT_EQ(s.stats().no_replica, "");
+  s.drain(1);
+  why = s.stats().no_replica;
+  EXPECT_NE(why.find("1 draining"), std::string::npos) << why;
+  s.kill(1, "connection lost", 0);
+  why = s.stats().no_replica;
+  EXPECT_NE(why.find("1 dead"), std::string::npos) << why;
+  s.expire(router_state::dead_kept_us + 1);  // forgotten
+  why = s.stats().no_replica;
+  EXPECT_NE(why.find("no worker is joined"), std::string::npos) << why;
+  EXPECT_EQ(why.find("dead"), std::string::npos) << why;
+  // With the front's own replica serving, there is always one.
+  router_state local(config("round_robin", true), make_policy("round_robin"));
+  local.add_local(block, 0);
+  EXPECT_EQ(local.stats().no_replica, "");
+}
