@@ -26,6 +26,7 @@
 #include <functional>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "net/auth.hpp"
 #include "net/chat_page.hpp"
@@ -179,7 +180,18 @@ class http_session : public std::enable_shared_from_this<http_session> {
     parser_->body_limit(ctx_.opts.max_body_bytes);
     parser_->header_limit(16 * 1024);
     // Stalled senders and idle keep-alives go; a refused connection gets a few seconds at most.
-    stream_.expires_after(read_time());
+    // A request begun and not finished in time is answered 408 (read_timer_); the stream's own
+    // timeout, a little later, is the backstop that closes the socket whatever happens.
+    header_done_ = false;
+    stream_.expires_after(read_time() + std::chrono::seconds(2));
+    reading_ = true;
+    read_timer_.expires_after(read_time());
+    read_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || !self->reading_) return;
+      self->read_timed_out_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().cancel(ignored);  // the read's handler answers (on_read)
+    });
     // The header first: what it says decides whether the body is read at all.
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
@@ -190,6 +202,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
       if (const char* ep = json_endpoint(strip_query(parser_->get().target()))) endpoint_ = ep;
     }
     if (ec) return on_read(ec);
+    header_done_ = true;
     const auto& h = parser_->get();
     keep_alive_ = h.keep_alive();
     version_ = h.version();
@@ -260,6 +273,19 @@ class http_session : public std::enable_shared_from_this<http_session> {
   }
 
   void on_read(beast::error_code ec) {
+    reading_ = false;
+    read_timer_.cancel();
+    if (std::exchange(read_timed_out_, false) && ec) {
+      // Nothing of a next request: an idle keep-alive or a silent connection just closes. A
+      // request begun (part of its header, or its body unfinished) is told why (RFC 9110 15.5.9).
+      if (!refusal_.empty() || (!header_done_ && buffer_.size() == 0)) return close();
+      keep_alive_ = false;
+      return send_error(bad_status(408,
+                                   std::string("the request did not arrive in full within ") +
+                                       std::to_string(ctx_.opts.http_read_timeout.count()) +
+                                       " s (server.http_read_timeout_s)",
+                                   "request_timeout"));
+    }
     if (ec == http::error::end_of_stream) return close();
     if (ec == http::error::body_limit) {
       keep_alive_ = false;
@@ -872,6 +898,10 @@ class http_session : public std::enable_shared_from_this<http_session> {
   std::string cors_origin_;     // the request's allowed Origin (empty: none)
   bool peer_closed_ = false;    // the client half-closed (read EOF)
   bool head_counted_ = false;   // the stream's 200 is counted (count_head)
+  bool reading_ = false;        // a request is being read (read_timer_ runs)
+  bool header_done_ = false;    // its header is in
+  bool read_timed_out_ = false; // read_timer_ cancelled the read
+  asio::steady_timer read_timer_{stream_.get_executor()};  // the request's read deadline
   asio::steady_timer probe_timer_{stream_.get_executor()};  // probe_reader's next write
   std::shared_ptr<http_session> hold_self_;  // alive while a half-closed client's answer is due
   std::array<char, 4096> drain_{};
