@@ -1,6 +1,7 @@
 #pragma once
 // The ceiling of single-sequence decode: a decode step reads every weight once, so it cannot run
-// faster than a plain streaming read of that many bytes on the same threads.
+// faster than a streaming read of that many bytes on the same threads (the fastest of the read
+// patterns tried: a ceiling must not be one loop's luck).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -16,7 +17,8 @@ struct read_ceiling {
   double tokens_per_s() const { return bytes ? gb_per_s * 1e9 / static_cast<double>(bytes) : 0.0; }
 };
 
-// A buffer of the weights' size, read by the pool's threads: the best of `passes` reads.
+// A buffer of the weights' size, read by the pool's threads: the best of `passes` rounds of
+// three read patterns (read_ceiling.cpp says why more than one).
 class read_ceiling_probe {
  public:
   read_ceiling_probe(model::thread_pool& pool, size_t bytes);
