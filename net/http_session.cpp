@@ -206,12 +206,16 @@ class http_session : public std::enable_shared_from_this<http_session> {
     const auto& h = parser_->get();
     keep_alive_ = h.keep_alive();
     version_ = h.version();
-    if (!refusal_.empty()) return refuse(h);
+    if (!refusal_.empty()) {
+      stop_read_timer();
+      return refuse(h);
+    }
     // A refused header counts here (a 415 under its own endpoint: check_header); a refused body
     // (413, malformed chunks) under the endpoint it was sent to.
     endpoint_ = "other";
     if (auto e = check_header(h)) {
       keep_alive_ = false;  // the body (if any) stays unread: this connection cannot go on
+      stop_read_timer();
       return send_error(*e);
     }
     if (const char* ep = json_endpoint(strip_query(h.target()))) endpoint_ = ep;
@@ -272,9 +276,14 @@ class http_session : public std::enable_shared_from_this<http_session> {
     send_error(e);
   }
 
-  void on_read(beast::error_code ec) {
+  // The request is read (or will not be): its deadline no longer applies.
+  void stop_read_timer() {
     reading_ = false;
     read_timer_.cancel();
+  }
+
+  void on_read(beast::error_code ec) {
+    stop_read_timer();
     if (std::exchange(read_timed_out_, false) && ec) {
       // Nothing of a next request: an idle keep-alive or a silent connection just closes. A
       // request begun (part of its header, or its body unfinished) is told why (RFC 9110 15.5.9).
