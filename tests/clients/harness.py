@@ -242,6 +242,16 @@ def metric_values(base_url, name):
     return out
 
 
+def metric(server, series):
+    """The value of one /metrics series named with its labels as /metrics prints them
+    ('troupe_requests_total{endpoint="completions",status="499"}'); 0 when absent."""
+    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(series + " "):
+                return float(line.split()[-1])
+    return 0.0
+
+
 def replica_metric(base_url, name):
     """{replica id: value} of a troupe_replica_* series."""
     return {int(re.search(r'replica="(\d+)"', k).group(1)): v for k, v in metric_values(base_url, name).items()}

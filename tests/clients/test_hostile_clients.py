@@ -10,13 +10,12 @@ import asyncio
 import json
 import socket
 import time
-import urllib.request
 
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from harness import recv_json, running_server
+from harness import metric, recv_json, running_server
 
 KEY = "sk-hostile-test-key"
 RESUME_WINDOW_S = 2
@@ -83,14 +82,6 @@ def post_bytes(path, body, headers=b"Content-Type: application/json\r\n"):
             f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
 
 
-def metric_value(server, name):
-    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
-    return 0.0
-
-
 # ---- 2. Transfer-Encoding: no desync -------------------------------------------------------------
 
 @pytest.mark.parametrize("te,with_length", [("gzip", False), ("chunked, gzip", False), ("gzip", True),
@@ -144,12 +135,12 @@ def test_a_body_over_the_limit_gets_413_not_a_broken_pipe(server):
 def test_a_413_is_counted_under_its_endpoint(server):
     # Refused on its Content-Length, before the body: still the endpoint it was sent to.
     name = 'troupe_requests_total{endpoint="chat_completions",status="413"}'
-    before = metric_value(server, name)
+    before = metric(server, name)
     head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 50000000\r\n\r\n")
     with raw(server, head) as s:
         assert read_response(s)[0] == 413
-    assert metric_value(server, name) == before + 1
+    assert metric(server, name) == before + 1
 
 
 # ---- Expect: 100-continue --------------------------------------------------------------------------
@@ -205,18 +196,18 @@ def test_a_client_that_leaves_during_a_long_prompt_is_cancelled(server):
     rng = random.Random(time.time_ns())  # a new prompt each run: no prefix cache help
     prompt = " ".join(rng.choice(words) for _ in range(5000))
     name = 'troupe_requests_total{endpoint="completions",status="499"}'
-    before = metric_value(server, name)
+    before = metric(server, name)
     body = json.dumps({"prompt": prompt, "max_tokens": 8, "stream": True}).encode()
     s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
     s.sendall(post_bytes("/v1/completions", body))
     time.sleep(0.5)
     s.close()  # FIN: nothing was written to it yet, so no reset
     deadline = time.monotonic() + 30
-    while metric_value(server, name) < before + 1:
+    while metric(server, name) < before + 1:
         assert time.monotonic() < deadline, "the request was not cancelled"
         time.sleep(0.1)
     deadline = time.monotonic() + 10
-    while metric_value(server, "troupe_running_sequences") > 0:
+    while metric(server, "troupe_running_sequences") > 0:
         assert time.monotonic() < deadline, "the sequence still runs"
         time.sleep(0.1)
 

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from harness import running_server
+from harness import metric, running_server
 
 READ_TIMEOUT_S = 2
 
@@ -96,14 +96,6 @@ def test_an_http10_stream_is_not_chunked(server):
     assert "transfer-encoding" not in headers and headers["connection"] == "close", headers
     assert rest.startswith(b"data: {"), rest[:40]  # an event, not a chunk size
     assert rest.rstrip().endswith(b"data: [DONE]"), rest[-40:]
-
-
-def metric(server, name):
-    with urllib.request.urlopen(server.url + "/metrics", timeout=30) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[-1])
-    return 0.0
 
 
 def test_a_client_that_leaves_before_its_answer_is_counted_499(server):
