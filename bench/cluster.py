@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from datetime import datetime
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -152,8 +153,12 @@ def health(port):
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
             return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        # 503 no_replica: a front with local_replica=false, loaded, before its workers join.
+        body = json.loads(e.read() or b"{}")
+        return body if body.get("status") == "no_replica" else None
     except OSError:
-        return None  # not listening yet, or 503 while loading / with no replica
+        return None  # not listening yet, or 503 while loading
 
 
 def wait_ready(proc, port, timeout=180):

@@ -44,6 +44,7 @@ void join(self_ptr self) {
   h.model = s.opts.model;
   h.n_vocab = s.opts.n_vocab;
   h.block_size = s.opts.block_size;
+  h.numerics = s.opts.numerics;
   if (!s.opts.secret.empty()) {
     h.nonce = make_nonce(wall_clock_s());
     h.proof = make_proof(s.opts.secret, h.nonce);

@@ -26,6 +26,7 @@ struct door_options {
   int32_t n_vocab = 0;
   int32_t block_size = 16;
   std::string secret;      // cluster.secret
+  replica_numerics numerics;  // what decides its numbers (checked by the front)
 };
 
 // What the worker's main loop needs to know.

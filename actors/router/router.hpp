@@ -15,6 +15,7 @@
 // replica_hello / replica_welcome — plain values with `inspect`, registered with CAF
 // (actors/runtime.cpp). The per-step scheduler <-> executor exchange never leaves a replica.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,13 @@ using report_atom = caf::atom_constant<caf::atom("report")>;  // a replica's per
 using drain_atom = caf::atom_constant<caf::atom("drain")>;    // a replica takes no new requests
 using route_atom = caf::atom_constant<caf::atom("route")>;    // a new routing policy (hot reload)
 
+// What decides the numbers a replica computes, key -> value as the config names it
+// ("model.matmul" -> "fast", "kv.type" -> "f16", "model.weights" -> a digest of the model's
+// weights; app/serve/cluster.hpp numerics_of makes it). Replicas that differ in one of them answer
+// a greedy request differently, and a request moved from one to the other (migration) would
+// change numerics mid-answer: the router refuses a worker whose values differ from the cluster's.
+using replica_numerics = std::map<std::string, std::string>;
+
 // The router's settings ([router] and [cluster] in the config file).
 struct router_config {
   std::string policy = "least_loaded";  // a name in routing_policy_registry()
@@ -44,6 +52,9 @@ struct router_config {
   int64_t dead_after_ms = 3000;         // a replica silent this long is dead (no load report)
   int64_t report_ms = 250;              // how often replicas report their load
   std::string secret;                   // cluster.secret: joining workers must prove it; empty: none
+  // Not a key: the front's own replica's numerics, which serve fills in (restart-only, so a
+  // reload keeps them); empty: unknown, joining workers are compared with each other only.
+  replica_numerics numerics;
 };
 
 template <class Inspector>
@@ -54,7 +65,7 @@ typename Inspector::result_type inspect(Inspector& f, routing_options& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, router_config& x) {
   return f(caf::meta::type_name("router_config"), x.policy, x.policy_opts, x.use_local, x.dead_after_ms,
-           x.report_ms, x.secret);
+           x.report_ms, x.secret, x.numerics);
 }
 
 // A replica's load, reported every router_config::report_ms (a replica that stops reporting is
@@ -96,11 +107,13 @@ struct replica_hello {
   int32_t block_size = 0;
   std::string proof;       // HMAC-SHA256(cluster.secret, nonce) in hex; empty without a secret
   std::string nonce;       // the replica's random nonce for the proof
+  replica_numerics numerics;  // must equal the cluster's
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, replica_hello& x) {
-  return f(caf::meta::type_name("replica_hello"), x.name, x.model, x.n_vocab, x.block_size, x.proof, x.nonce);
+  return f(caf::meta::type_name("replica_hello"), x.name, x.model, x.n_vocab, x.block_size, x.proof, x.nonce,
+           x.numerics);
 }
 
 struct replica_welcome {
@@ -120,7 +133,7 @@ struct replica_stats {
   std::string name;
   std::string state;          // "ready", "draining", "dead"; "standby": the front's own with
                               // cluster.local_replica = false
-  load_report load;
+  load_report load;           // its last load report; zero once it is dead
   int32_t in_flight = 0;      // requests the router has placed there and not seen end
   int64_t placed = 0;         // requests placed there, ever (migrated ones included)
   int64_t tokens = 0;         // tokens passed on from it
@@ -139,12 +152,13 @@ struct router_stats {
   int64_t replica_deaths = 0;
   int64_t refused_no_replica = 0;  // requests failed because no replica was live
   int64_t stale_outputs = 0;    // outputs dropped because they came from a replica that no longer owns the request
+  std::string no_replica;       // why no replica can take a new request now; empty when one can
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, router_stats& x) {
   return f(caf::meta::type_name("router_stats"), x.policy, x.replicas, x.placed, x.migrations, x.replica_deaths,
-           x.refused_no_replica, x.stale_outputs);
+           x.refused_no_replica, x.stale_outputs, x.no_replica);
 }
 
 using router_actor = caf::typed_actor<

@@ -166,8 +166,9 @@ router_actor::behavior_type router_fn(self_ptr self, router_options opts) {
         if (h.n_vocab != s.opts.n_vocab)
           return refuse("its vocabulary has " + std::to_string(h.n_vocab) + " tokens, this cluster's " +
                         std::to_string(s.opts.n_vocab));
+        if (auto why = s.st->numerics_conflict(h.numerics); !why.empty()) return refuse(why);
         if (s.replica_of.count(sender.address())) return refuse("it has joined already");
-        const uint64_t id = s.st->add_replica(h.name, h.block_size, now_us());
+        const uint64_t id = s.st->add_replica(h.name, h.block_size, now_us(), h.numerics);
         s.replica_of[sender.address()] = id;
         s.door_of[id] = sender;
         self->monitor(sender);
@@ -204,6 +205,7 @@ router_actor::behavior_type router_fn(self_ptr self, router_options opts) {
       [=](route_atom, router_config& c) -> caf::result<bool> {
         auto p = routing_policy_registry().make(c.policy, c.policy_opts);
         if (!p) return caf::make_error(caf::sec::runtime_error, p.error());
+        c.numerics = self->state.opts.config.numerics;  // restart-only: a reload keeps them
         self->state.opts.config = c;
         self->state.st->set_policy(std::move(c), std::move(p.value()));
         return true;

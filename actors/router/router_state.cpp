@@ -45,11 +45,52 @@ void router_state::add_local(int32_t block_size, int64_t now_us) {
   replicas_[0] = std::move(r);
 }
 
-uint64_t router_state::add_replica(std::string name, int32_t block_size, int64_t now_us) {
+std::string router_state::numerics_conflict(const replica_numerics& theirs) const {
+  const replica_numerics* ours = nullptr;
+  std::string whose;
+  if (cfg_.use_local && !cfg_.numerics.empty()) {
+    ours = &cfg_.numerics;
+    whose = "the front's own replica";
+  } else {
+    for (const auto& [id, r] : replicas_)
+      if (!r.local && r.state != dead) {
+        ours = &r.numerics;
+        whose = replica_label(id, r.name);
+        break;
+      }
+  }
+  if (!ours) return {};
+  const auto value = [](const replica_numerics& n, const std::string& key) {
+    auto it = n.find(key);
+    return it == n.end() ? std::string("(not reported)") : "'" + it->second + "'";
+  };
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : *ours) keys.push_back(k);
+  for (const auto& [k, v] : theirs)
+    if (!ours->count(k)) keys.push_back(k);
+  for (const auto& key : keys) {
+    const auto mine = ours->find(key), its = theirs.find(key);
+    if (mine != ours->end() && its != theirs.end() && mine->second == its->second) continue;
+    // What a user sets to make them agree (not every key is a config key).
+    static const std::map<std::string, std::string> fix = {
+        {"model.weights", "serve the same model file"},
+        {"kv.type", "set the same kv.f32 and kv.q8"},
+        {"model.matmul", "set the same model.matmul (and TROUPE_MATMUL_ORDER, which overrides it)"}};
+    const auto f = fix.find(key);
+    return key + " differs: this worker's is " + value(theirs, key) + ", the cluster's is " + value(*ours, key) +
+           " (" + whose + "); replicas must compute alike (greedy answers would differ between them, and a request "
+           "moved from one to another would change numerics mid-answer): " +
+           (f != fix.end() ? f->second : "set the same " + key) + " on every node";
+  }
+  return {};
+}
+
+uint64_t router_state::add_replica(std::string name, int32_t block_size, int64_t now_us, replica_numerics numerics) {
   replica r;
   r.id = next_replica_++;
   r.name = std::move(name);
   r.block_size = block_size;
+  r.numerics = std::move(numerics);
   r.last_report_us = now_us;  // a fresh replica has dead_after_ms to send its first report
   const uint64_t id = r.id;
   fx_.log.push_back(replica_label(id, r.name) + " joined");
@@ -83,6 +124,8 @@ void router_state::kill(uint64_t replica_id, const std::string& why, int64_t now
   // A drained replica with nothing left in flight leaving is the end of a drain, not a death.
   const bool drained = gone.state == draining && gone.in_flight == 0;
   gone.state = dead;
+  gone.died_us = now_us;
+  gone.load = load_report{};  // its last report says nothing of a replica that is gone
   gone.prefixes.clear();
   gone.prefix_lru.clear();
   if (drained) {
@@ -164,6 +207,15 @@ std::vector<uint64_t> router_state::expire(int64_t now_us) {
          "no load report for " + std::to_string(ms) + " ms (cluster.dead_after_ms = " +
              std::to_string(cfg_.dead_after_ms) + ")",
          now_us);
+  }
+  // Nothing refers to a dead replica any more (its requests moved or failed when it died; its
+  // late outputs are dropped by the actor, which forgot its door then): forgetting it is safe.
+  for (auto it = replicas_.begin(); it != replicas_.end();) {
+    if (!it->second.local && it->second.state == dead && now_us - it->second.died_us > dead_kept_us) {
+      it = replicas_.erase(it);
+    } else {
+      ++it;
+    }
   }
   return silent;
 }
@@ -347,6 +399,7 @@ void router_state::on_output(uint64_t replica_id, const step_output& o) {
 }
 
 void router_state::set_policy(router_config cfg, std::unique_ptr<routing_policy> policy) {
+  cfg.numerics = std::move(cfg_.numerics);  // the model and KV settings change only with a restart
   cfg_ = std::move(cfg);
   policy_ = std::move(policy);
 }
@@ -377,6 +430,7 @@ router_stats router_state::stats() const {
   s.replica_deaths = deaths_;
   s.refused_no_replica = refused_;
   s.stale_outputs = stale_;
+  if (live_count() == 0) s.no_replica = no_replica_reason();
   return s;
 }
 
@@ -423,7 +477,7 @@ std::string router_state::no_replica_reason() const {
   }
   std::string why;
   const auto add = [&](const std::string& s) { why += (why.empty() ? "" : "; ") + s; };
-  if (n_workers == 0) add("no worker has joined");
+  if (n_workers == 0) add("no worker is joined");
   if (n_dead > 0) add(std::to_string(n_dead) + " dead");
   if (n_draining > 0) add(std::to_string(n_draining) + " draining");
   if (local && !cfg_.use_local) add("the front's own replica does not serve (cluster.local_replica = false)");

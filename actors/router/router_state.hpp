@@ -39,8 +39,13 @@ class router_state {
   // --- replicas ---------------------------------------------------------------------------
   // The front's own replica (id 0, never silent: the actor polls its scheduler).
   void add_local(int32_t block_size, int64_t now_us);
+  // Why a worker computing with `theirs` may not join, naming the first key that differs and
+  // both values; empty: it may. The cluster's numerics are the front's own replica's when it
+  // serves (cluster.local_replica) and they are known, else those of the workers live now (they
+  // agree); with none of either, any worker may join (and sets them for the next).
+  std::string numerics_conflict(const replica_numerics& theirs) const;
   // A worker's replica joined; returns its id (ids are never reused).
-  uint64_t add_replica(std::string name, int32_t block_size, int64_t now_us);
+  uint64_t add_replica(std::string name, int32_t block_size, int64_t now_us, replica_numerics numerics = {});
   void on_report(uint64_t replica, const load_report& r, int64_t now_us);
   // A replica is leaving: no new requests; it stays live until it has no request in flight.
   void drain(uint64_t replica);
@@ -50,7 +55,8 @@ class router_state {
   // The replica lost its requests but lives on (the local scheduler crashed and was restarted):
   // each continues from the tokens already delivered, placed again like a dead replica's.
   void restarted(uint64_t replica, const std::string& why, int64_t now_us);
-  // Kills every replica silent for longer than dead_after_ms; returns their ids.
+  // Kills every replica silent for longer than dead_after_ms; returns their ids. Forgets the
+  // replicas dead for longer than dead_kept_us (they leave /health and /metrics).
   std::vector<uint64_t> expire(int64_t now_us);
   bool live(uint64_t replica) const;
   size_t live_count() const;  // live and not draining (can take new requests)
@@ -82,6 +88,13 @@ class router_state {
   // replica's own prefix cache forgets them.
   static constexpr size_t prefix_summary_blocks = 4096;
 
+ public:
+  // How long a dead replica stays listed (state "dead" in /health and /metrics, its counters
+  // final) before it is forgotten: long enough for a minute's scrapes to see it go, short enough
+  // that a worker restarted now and then (a new id each time) leaves no pile of series.
+  static constexpr int64_t dead_kept_us = 60 * 1000 * 1000;
+
+ private:
   struct replica {
     uint64_t id = 0;
     std::string name;
@@ -89,7 +102,9 @@ class router_state {
     int32_t block_size = 16;
     load_report load;
     int64_t last_report_us = 0;
+    int64_t died_us = 0;           // when it was declared dead
     bool local = false;
+    replica_numerics numerics;     // what it computes with (a worker's, from its hello)
     int32_t in_flight = 0;
     int64_t queued_tokens = 0;
     int64_t placed = 0;

@@ -3,11 +3,15 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
+#include <openssl/evp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <memory>
 
 #include "actors/detail/caf_util.hpp"
+#include "model/matmul.hpp"
 #include "net/json_writer.hpp"
 
 namespace troupe::app {
@@ -76,29 +80,138 @@ result<actors::router_actor> connect_router(caf::actor_system& sys, const host_p
   return std::move(*r);
 }
 
+namespace {
+
+// A digest of what the model computes with: its hyper-parameters, its tensors' names, types and
+// shapes, and three 4 KiB samples (start, middle, end) of every tensor's data. Not a hash of the
+// whole file, which would take seconds at every start for a model of several GB (and page in
+// weights a fast-order backend has just let go); any two different quantizations or fine-tunes
+// of a model differ in these samples.
+std::string weights_digest(const model::llama_model& m) {
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+  const auto add = [&](const void* p, size_t n) { EVP_DigestUpdate(ctx.get(), p, n); };
+  const auto add_text = [&](const std::string& t) { add(t.c_str(), t.size() + 1); };
+  const auto& hp = m.params();
+  add_text(hp.arch);
+  for (int v : {hp.n_vocab, hp.n_ctx_train, hp.n_embd, hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff,
+                hp.n_rot, static_cast<int>(hp.rope), static_cast<int>(hp.qkv_bias), static_cast<int>(hp.tied_output)})
+    add(&v, sizeof v);
+  for (float v : {hp.rope_freq_base, hp.rope_freq_scale, hp.rms_eps}) add(&v, sizeof v);
+  constexpr size_t sample = 4096;
+  for (const auto& t : m.file().tensors()) {
+    add_text(t.name);
+    const auto type = static_cast<int>(t.type);
+    add(&type, sizeof type);
+    for (int64_t d : t.dims) add(&d, sizeof d);
+    add(&t.bytes, sizeof t.bytes);
+    if (!t.data) continue;
+    for (size_t at : {size_t{0}, t.bytes / 2, t.bytes > sample ? t.bytes - sample : size_t{0}})
+      add(t.data + std::min(at, t.bytes), std::min(sample, t.bytes - std::min(at, t.bytes)));
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(ctx.get(), md, &n);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n && i < 16; ++i) {
+    out += hex[md[i] >> 4];
+    out += hex[md[i] & 15];
+  }
+  return out;
+}
+
+// The order the cpu backend will run: the option, TROUPE_MATMUL_ORDER over it, and "fast" only
+// where this CPU has a fast kernel for one of the matrices at least (model/cpu_backend.cpp
+// decides the same way; the backend is built later, in the executor, so it cannot be asked).
+model::matmul_order matmul_that_runs(const model::backend_options& o, const model::llama_model& m) {
+  model::matmul_order want = o.matmul;
+  if (const char* env = std::getenv("TROUPE_MATMUL_ORDER"))
+    if (auto parsed = model::parse_matmul_order(env)) want = *parsed;
+  if (want != model::matmul_order::fast) return want;
+  bool packs = model::packed_bytes(m.output()) > 0;
+  for (const auto& L : m.layers())
+    for (const auto* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) packs = packs || model::packed_bytes(*w) > 0;
+  return packs ? model::matmul_order::fast : model::matmul_order::llama_cpp;
+}
+
+std::string label_value(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (c == '"' || c == '\\' || c == '\n') ? '_' : c;
+  return out;
+}
+
+}  // namespace
+
+actors::replica_numerics numerics_of(const config::troupe_config& c, const model::llama_model& m) {
+  actors::replica_numerics n;
+  n["model.weights"] = weights_digest(m);
+  n["model.backend"] = c.model.backend;
+  if (c.model.backend == "cpu") n["model.matmul"] = model::matmul_order_name(matmul_that_runs(c.backend, m));
+  n["kv.type"] = c.backend.kv_q8 ? "q8" : c.backend.kv_f32 ? "f32" : "f16";
+  n["kv.block_size"] = std::to_string(c.backend.block_size);
+  return n;
+}
+
 std::string router_metrics(const actors::router_stats& s) {
   std::string g;
   auto head = [&](const char* name, const char* help, const char* type) {
     g += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
   };
+  // One series per replica for its whole life: the state is not a label of the value series
+  // (a label that changes would end one series and start another).
   auto label = [](const actors::replica_stats& r) {
-    std::string name;
-    for (char c : r.name) name += (c == '"' || c == '\\' || c == '\n') ? '_' : c;
-    return "{replica=\"" + std::to_string(r.id) + "\",name=\"" + name + "\",state=\"" + r.state + "\"}";
+    return "{replica=\"" + std::to_string(r.id) + "\",name=\"" + label_value(r.name) + "\"}";
   };
-  head("troupe_replica_up", "1 for a replica taking requests, 0 draining or dead.", "gauge");
+  const auto dead = [](const actors::replica_stats& r) { return r.state == "dead"; };
+  // Replicas that take requests or finish what they hold (not the front's standby one).
+  const auto serves = [](const actors::replica_stats& r) { return r.state == "ready" || r.state == "draining"; };
+  head("troupe_replica_up", "1 for a replica taking new requests, 0 draining, standby or dead.", "gauge");
   for (const auto& r : s.replicas) g += "troupe_replica_up" + label(r) + " " + (r.state == "ready" ? "1" : "0") + "\n";
-  head("troupe_replica_in_flight", "Requests the router has placed on the replica and not seen end.", "gauge");
-  for (const auto& r : s.replicas) g += "troupe_replica_in_flight" + label(r) + " " + std::to_string(r.in_flight) + "\n";
-  head("troupe_replica_running_sequences", "Sequences holding KV on the replica (its last load report).", "gauge");
-  for (const auto& r : s.replicas) g += "troupe_replica_running_sequences" + label(r) + " " + std::to_string(r.load.running) + "\n";
-  head("troupe_replica_kv_blocks_available", "Free or evictable KV blocks on the replica (its last load report).", "gauge");
-  for (const auto& r : s.replicas)
-    g += "troupe_replica_kv_blocks_available" + label(r) + " " + std::to_string(r.load.kv_blocks_available) + "\n";
+  head("troupe_replica_state",
+       "The replica's state, one series per state, 1 for the one it is in (ready, draining, standby, dead).", "gauge");
+  for (const auto& r : s.replicas) {
+    const std::string l = label(r);
+    for (const char* st : {"ready", "draining", "standby", "dead"})
+      g += "troupe_replica_state" + l.substr(0, l.size() - 1) + ",state=\"" + st + "\"} " + (r.state == st ? "1" : "0") + "\n";
+  }
+  auto live_gauge = [&](const char* name, const char* help, auto value) {
+    head(name, help, "gauge");
+    for (const auto& r : s.replicas)
+      if (!dead(r)) g += name + label(r) + " " + std::to_string(value(r)) + "\n";
+  };
+  live_gauge("troupe_replica_in_flight", "Requests the router has placed on the replica and not seen end (live replicas).",
+             [](const actors::replica_stats& r) { return r.in_flight; });
+  live_gauge("troupe_replica_running_sequences", "Sequences holding KV on the replica (its last load report; live replicas).",
+             [](const actors::replica_stats& r) { return r.load.running; });
+  live_gauge("troupe_replica_waiting_sequences", "Sequences waiting on the replica (its last load report; live replicas).",
+             [](const actors::replica_stats& r) { return r.load.waiting; });
+  live_gauge("troupe_replica_kv_blocks_available",
+             "Free or evictable KV blocks on the replica (its last load report; live replicas).",
+             [](const actors::replica_stats& r) { return r.load.kv_blocks_available; });
   head("troupe_replica_placed_total", "Requests placed on the replica (continuations of migrated ones included).", "counter");
   for (const auto& r : s.replicas) g += "troupe_replica_placed_total" + label(r) + " " + std::to_string(r.placed) + "\n";
   head("troupe_replica_tokens_total", "Tokens passed on from the replica.", "counter");
   for (const auto& r : s.replicas) g += "troupe_replica_tokens_total" + label(r) + " " + std::to_string(r.tokens) + "\n";
+
+  int64_t ready = 0, running = 0, waiting = 0, kv_available = 0, kv_total = 0;
+  for (const auto& r : s.replicas) {
+    ready += r.state == "ready" ? 1 : 0;
+    if (!serves(r)) continue;
+    running += r.load.running;
+    waiting += r.load.waiting;
+    kv_available += r.load.kv_blocks_available;
+    kv_total += r.load.kv_blocks_total;
+  }
+  auto total = [&](const char* name, const char* help, int64_t v) {
+    head(name, help, "gauge");
+    g += std::string(name) + " " + std::to_string(v) + "\n";
+  };
+  total("troupe_replicas_ready", "Replicas taking new requests (0: every request gets 503 no_replica).", ready);
+  total("troupe_cluster_running_sequences", "Sequences holding KV on every replica that serves (ready or draining).", running);
+  total("troupe_cluster_waiting_sequences", "Sequences waiting on every replica that serves (ready or draining).", waiting);
+  total("troupe_cluster_kv_blocks_available", "Free or evictable KV blocks of every replica that serves.", kv_available);
+  total("troupe_cluster_kv_blocks_total", "KV blocks of every replica that serves.", kv_total);
   head("troupe_migrations_total", "Requests moved off a dead replica onto another.", "counter");
   g += "troupe_migrations_total " + std::to_string(s.migrations) + "\n";
   head("troupe_replica_deaths_total", "Replicas declared dead (connection closed or silent too long).", "counter");
@@ -113,6 +226,7 @@ std::string router_health(const actors::router_stats& s) {
   int64_t ready = 0;
   for (const auto& r : s.replicas) ready += r.state == "ready" ? 1 : 0;
   w.key("router").begin_object().field("policy", s.policy).field("replicas_ready", ready);
+  if (!s.no_replica.empty()) w.field("no_replica", s.no_replica);
   w.field("migrations", s.migrations).field("replica_deaths", s.replica_deaths);
   w.key("replicas").begin_array();
   for (const auto& r : s.replicas) {

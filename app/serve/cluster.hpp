@@ -11,6 +11,7 @@
 #include "actors/runtime.hpp"
 #include "config/troupe_config.hpp"
 #include "common/result.hpp"
+#include "model/llama_model.hpp"
 
 namespace troupe::app {
 
@@ -37,9 +38,18 @@ result<uint16_t> publish_router(caf::actor_system& sys, const caf::actor& router
 // A worker's connection to the front's router.
 result<actors::router_actor> connect_router(caf::actor_system& sys, const host_port& front, bool tls);
 
-// Prometheus lines (per-replica series with a `replica` label, migration and death counters) and
-// /health's "replicas" member.
+// What decides the numbers this node's replica computes (actors::replica_numerics): the model's
+// weights ("model.weights", a digest), "model.backend", the quantized matmul order that runs
+// ("model.matmul", cpu: after TROUPE_MATMUL_ORDER and this CPU's kernels), "kv.type" (f16, f32,
+// q8) and "kv.block_size". The front and every worker make it alike; the router refuses a worker
+// whose values differ.
+actors::replica_numerics numerics_of(const config::troupe_config& c, const model::llama_model& m);
+
+// Prometheus lines: per-replica series labelled {replica, name} (one series per replica whatever
+// its state; its state as a gauge of its own; the load gauges of live replicas only), cluster-wide
+// totals over the replicas that serve, and the migration and death counters.
 std::string router_metrics(const actors::router_stats& s);
+// /health's "router" member.
 std::string router_health(const actors::router_stats& s);
 
 }  // namespace troupe::app

@@ -127,7 +127,7 @@ class pipeline_inference : public net::inference {
   std::string pipeline_metrics() const override {
     std::string extra = extra_metrics_ ? extra_metrics_() : std::string();
     std::lock_guard<std::mutex> lock(mu_);
-    return gauges_ + extra;
+    return gauges_ + router_gauges_ + extra;
   }
 
   void admin(const std::string& action, std::function<void(admin_reply)> done) override {
@@ -149,7 +149,11 @@ class pipeline_inference : public net::inference {
       p = pipeline_.get();
     }
     if (!p) return make_error("the model is still loading; retry when /health says ok");
-    return p->reconfigure(next, stages);
+    // The replica's numerics are not keys of a config file: they go with the model, which a
+    // reload does not change.
+    auto with_numerics = next;
+    with_numerics.router.numerics = p->config().router.numerics;
+    return p->reconfigure(with_numerics, stages);
   }
 
   std::string token_piece(int32_t id) const override {
@@ -167,7 +171,12 @@ class pipeline_inference : public net::inference {
 
   std::string health_details() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return health_;
+    return router_health_ + (router_health_.empty() || health_.empty() ? "" : ",") + health_;
+  }
+
+  std::string unavailable() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return unavailable_;
   }
 
   // Tokenizing and detokenizing run on their own thread (a MiB of text takes a while), so that a
@@ -227,7 +236,11 @@ class pipeline_inference : public net::inference {
   }
 
   void set(std::unique_ptr<actors::pipeline> p) {
+    // The router's figures before ready(): /health must not say ok until it knows whether a
+    // replica can serve (a front with cluster.local_replica = false has none yet).
+    auto rs = p->get_router_stats(std::chrono::seconds(2));
     std::lock_guard<std::mutex> lock(mu_);
+    if (rs) take_router_stats(*rs);
     pipeline_ = std::move(p);
     client_ = std::make_unique<actors::client>(*pipeline_);
     ready_ = true;
@@ -276,10 +289,6 @@ class pipeline_inference : public net::inference {
          "# TYPE troupe_spec_rule_probes_total counter\n"
          "troupe_spec_rule_probes_total " + std::to_string(st->spec_rule_probes) + "\n";
     std::string health;
-    if (auto rs = p->get_router_stats(std::chrono::seconds(2))) {
-      g += router_metrics(*rs);
-      health = router_health(*rs);
-    }
     if (auto cs = p->get_cache_stats(std::chrono::seconds(2))) {
       g += "# HELP troupe_response_cache_lookups_total Response cache lookups.\n# TYPE troupe_response_cache_lookups_total counter\n"
            "troupe_response_cache_lookups_total " + std::to_string(cs->lookups) + "\n";
@@ -300,6 +309,21 @@ class pipeline_inference : public net::inference {
     std::lock_guard<std::mutex> lock(mu_);
     gauges_ = std::move(g);
     health_ = std::move(health);
+  }
+
+  // The router's figures, refreshed more often than the rest in a cluster (see impl::poll):
+  // /health's status says at once when no replica is left.
+  void refresh_router() {
+    actors::pipeline* p = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      p = pipeline_.get();
+    }
+    if (!p) return;
+    auto rs = p->get_router_stats(std::chrono::seconds(2));
+    if (!rs) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    take_router_stats(*rs);
   }
 
   void stop() {
@@ -324,6 +348,9 @@ class pipeline_inference : public net::inference {
   std::unique_ptr<actors::client> client_;
   std::string gauges_;
   std::string health_;
+  std::string router_gauges_;
+  std::string router_health_;
+  std::string unavailable_;  // unavailable()'s answer, from the router's last figures
   bool busy_since_trim_ = false;  // the poller thread's
   std::function<void(const std::string&, std::function<void(admin_reply)>)> admin_;
   std::function<std::string()> extra_metrics_;
@@ -333,6 +360,15 @@ class pipeline_inference : public net::inference {
   std::unique_ptr<cache::embedder> embedder_;  // the embed thread's, made on first use
   job_thread text_jobs_{256};
   job_thread embed_jobs_{64};
+
+  // Under mu_.
+  void take_router_stats(const actors::router_stats& rs) {
+    router_gauges_ = router_metrics(rs);
+    router_health_ = router_health(rs);
+    // No replica listed yet: the router has not been given the pipeline's own (it is on its
+    // way), which is no reason to refuse.
+    unavailable_ = rs.no_replica.empty() || rs.replicas.empty() ? "" : "no_replica";
+  }
 
   std::shared_ptr<const actors::text_codec> codec_now() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -444,6 +480,8 @@ struct serve_instance::impl {
     } else {
       auto cfg = conf.pipeline;
       cfg.model_name = inf.model_name();
+      // Joining workers must compute as this replica does (docs/cluster.md).
+      if (!conf.cluster.listen.empty()) cfg.router.numerics = numerics_of(conf, *m.value());
       auto p = actors::pipeline::start(rt.system(), cfg, m.value(), conf.backend, conf.model.backend);
       if (!p) {
         err = "cannot start the pipeline: " + p.error();
@@ -460,13 +498,27 @@ struct serve_instance::impl {
     cv.notify_all();
   }
 
+  // Refreshes the gauges and /health's details every 2 s. A front's router figures every
+  // cluster.report_ms: they decide /health's status (503 no_replica when no replica can take a
+  // request), which a load balancer polls; asking the router is one message.
   void poll() {
+    using namespace std::chrono;
+    const auto full_every = seconds(2);
+    const auto router_every = opts.config.cluster.listen.empty()
+                                  ? milliseconds(full_every)
+                                  : std::clamp(milliseconds(opts.config.pipeline.router.report_ms), milliseconds(50),
+                                               milliseconds(full_every));
+    auto next_full = steady_clock::now();
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping) {
       lock.unlock();
-      inf.refresh_gauges();
+      if (steady_clock::now() >= next_full) {
+        inf.refresh_gauges();
+        next_full = steady_clock::now() + full_every;
+      }
+      inf.refresh_router();
       lock.lock();
-      cv.wait_for(lock, std::chrono::seconds(2), [&] { return stopping; });
+      cv.wait_for(lock, router_every, [&] { return stopping; });
     }
   }
 

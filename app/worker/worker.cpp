@@ -76,6 +76,8 @@ int run_worker(const worker_options& o) {
   d.n_vocab = m.value()->params().n_vocab;
   d.block_size = conf.backend.block_size;
   d.secret = conf.pipeline.router.secret;
+  // The front refuses a worker that would compute differently from the cluster (docs/cluster.md).
+  d.numerics = numerics_of(conf, *m.value());
   auto door = actors::spawn_replica_door(sys, d);
 
   // A replica: the front admits, caches and streams; here only the scheduler and the executor

@@ -4,8 +4,9 @@ replicas and answer exactly what one process answers; a worker killed (kill -9) 
 network namespace's link taken down) mid-stream loses nothing: its streams continue on another
 replica from the last delivered token, with no gap and no repeated chunk; a worker without the
 cluster secret is refused; a draining worker finishes its streams and takes no new ones; a worker
-joining under load takes requests; with no replica left streams fail clearly and new requests get
-503 until a worker joins again.
+joining under load takes requests; with no replica left streams fail clearly, new requests and
+/health get 503 until a worker joins again; a worker that would compute differently from the
+front (another K/V type) is refused, naming the setting; /metrics keeps one series per replica.
 
 Every process runs with model.threads=1 (the machine has 2 cores) and ignore_eos, so that each
 answer has exactly max_tokens tokens; the reference answers come from a plain single-process
@@ -21,7 +22,8 @@ import urllib.request
 
 import pytest
 
-from harness import (ROOT, Stream, Worker, free_port, get_json, metric_values, replica_metric, running_server)
+from harness import (ROOT, READY_TIMEOUT_S, Server, Stream, Worker, free_port, get_json, metric_values,
+                     replica_metric, running_server)
 
 N_STREAMS = 32
 SHORT_TOKENS = 32
@@ -74,6 +76,21 @@ def assert_identical(streams, reference):
         assert len(st.chunks) == want_chunks, (st.prompt, len(st.chunks), want_chunks)
 
 
+class FrontServer(Server):
+    """`troupe serve` as a front: with cluster.local_replica=false and no worker yet, /health is 503
+    no_replica (loaded, nothing to serve with), which counts as up here."""
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not self._port_found.wait(0.1):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"troupe serve printed no port (exit code {self.proc.poll()}):\n{self.output()}")
+        while get_json_any(self.url + "/health").get("status") not in ("ok", "no_replica"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"/health not ready (exit code {self.proc.poll()}):\n{self.output()}")
+            time.sleep(0.2)
+
+
 class Front:
     """A front (`troupe serve` with cluster.listen) as a context manager, plus its cluster address."""
 
@@ -83,12 +100,13 @@ class Front:
                      *args)
 
     def __enter__(self):
-        self._cm = running_server(*self.args)
-        self.server = self._cm.__enter__()
+        self.server = FrontServer(*self.args)
         return self
 
     def __exit__(self, *exc):
-        return self._cm.__exit__(*exc)
+        code = self.server.stop()
+        # A crash (signal) or an error exit while stopping is a server bug worth failing on.
+        assert code == 0, f"troupe serve exited with {code}:\n{self.server.output()}"
 
     @property
     def url(self):
@@ -105,13 +123,12 @@ class Front:
         return {r["id"]: r for r in self.health()["router"]["replicas"]}
 
     def wait_for(self, pred, timeout=15, what="condition"):
-        """Polls /health until pred(router object) holds (it is refreshed every 2 s)."""
+        """Polls /health until pred(router object) holds (its router figures are refreshed every
+        cluster.report_ms)."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                h = get_json(self.url + "/health")
-            except urllib.error.HTTPError as e:  # 503 while no replica is ready: the body still says why
-                h = json.loads(e.read())
+                h = get_json_any(self.url + "/health")
             except urllib.error.URLError as e:
                 raise AssertionError(f"/health: {e}; the front's exit code {self.server.proc.poll()}:\n"
                                      f"{self.server.output()}") from e
@@ -122,8 +139,8 @@ class Front:
             time.sleep(0.2)
 
     def placed(self, total, timeout=10):
-        """troupe_replica_placed_total by replica once the router's stats (refreshed every 2 s) count
-        `total` placements in all."""
+        """troupe_replica_placed_total by replica once the router's stats (refreshed every
+        cluster.report_ms) count `total` placements in all."""
         deadline = time.monotonic() + timeout
         while True:
             placed = replica_metric(self.url, "troupe_replica_placed_total")
@@ -133,7 +150,7 @@ class Front:
 
     def metric(self, name, pred, timeout=10):
         """An unlabelled /metrics value once pred(value) holds (the router's figures are refreshed
-        every 2 s); the last value read when it does not in time."""
+        every cluster.report_ms); the last value read when it does not in time."""
         deadline = time.monotonic() + timeout
         while True:
             v = metric_values(self.url, name)[""]
@@ -178,6 +195,15 @@ def get_json_any(url):
         return get_json(url)
     except urllib.error.HTTPError as e:
         return json.loads(e.read())
+
+
+def get_json_status(url):
+    """(HTTP status, JSON body) whatever the status."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
 
 
 def percentile(xs, p):
@@ -291,7 +317,7 @@ def test_draining_worker_finishes_its_streams_takes_no_new_ones_and_exits_0(refe
             wait_mid_stream(streams)
             assert f.placed(len(streams))[w1.replica] == len(streams) // 2
             w1.terminate()
-            # The front logs the drain at once (/health only every 2 s).
+            # The front logs the drain at once (/health at its next refresh).
             deadline = time.monotonic() + 10
             while not any(f"({w1.name}) is draining" in line for line in f.server.log):
                 assert time.monotonic() < deadline, f.server.output()
@@ -306,7 +332,7 @@ def test_draining_worker_finishes_its_streams_takes_no_new_ones_and_exits_0(refe
                 assert s.done.wait(STREAM_TIMEOUT_S)
             assert_identical(streams, reference)
             assert w1.wait(60) == 0, w1.output()
-            settled = 2.5  # the router's figures are refreshed every 2 s
+            settled = 2.5  # time for a migration or a death to show in the router's figures
             assert f.metric("troupe_migrations_total", lambda v: v > 0, settled) == 0, "the drained streams moved"
             assert f.metric("troupe_replica_deaths_total", lambda v: v > 0, settled) == 0
         finally:
@@ -353,15 +379,21 @@ def test_worker_joining_under_load_takes_requests(reference):
 
 def test_no_replica_left_fails_clearly_and_recovers_when_a_worker_joins(reference):
     with Front("--set", "cluster.local_replica=false") as f:
+        # Loaded, but nothing to serve with yet: /health is 503 and says why.
+        h = get_json_status(f.url + "/health")
+        assert h[0] == 503 and h[1]["status"] == "no_replica", h
+        assert "no worker is joined" in h[1]["router"]["no_replica"], h
         w1 = Worker(f.cluster, name="only")
         w2 = None
         try:
             f.wait_for(lambda r: any(x["name"] == "only" and x["state"] == "ready" for x in r.get("replicas", [])),
                        what="the worker ready")
+            assert get_json_status(f.url + "/health")[0] == 200
             streams = [Stream(f.port, p, n, ignore_eos=True, **params).start() for p, n, params in
                        specs(LONG_TOKENS)[:4]]
             wait_mid_stream(streams)
             w1.kill()
+            t_kill = time.monotonic()
             for s in streams:
                 assert s.done.wait(STREAM_TIMEOUT_S)
                 # Ended by an error naming the cause (the dead worker), not a normal finish.
@@ -370,23 +402,62 @@ def test_no_replica_left_fails_clearly_and_recovers_when_a_worker_joins(referenc
                 assert "no engine replica" in msg and "only" in msg, msg
                 assert s.finish_reason is None
                 assert 0 < len(s.chunks) < LONG_TOKENS
-            # docs/cluster.md: new requests get 503 with Retry-After, /health shows replicas_ready: 0.
+            # /health turns 503 no_replica within the router's report period (cluster.report_ms,
+            # 250 ms) of the streams failing, so that a load balancer stops sending requests here.
+            deadline = t_kill + 5
+            while (h := get_json_status(f.url + "/health"))[0] != 503:
+                assert time.monotonic() < deadline, f"/health still {h} 5 s after the only worker died"
+                time.sleep(0.05)
+            print(f"\n/health 503 {time.monotonic() - t_kill:.2f} s after the kill -9 of the only worker")
+            status, body = h
+            assert body["status"] == "no_replica", body
+            assert body["router"]["replicas_ready"] == 0, body
+            assert "1 dead" in body["router"]["no_replica"], body
+            dead = [x for x in body["router"]["replicas"] if x["name"] == "only"]
+            assert dead and dead[0]["state"] == "dead" and dead[0]["running"] == 0, dead
+            # docs/cluster.md: new requests get 503 with Retry-After.
             late = Stream(f.port, PROMPTS[0], SHORT_TOKENS, temperature=0, ignore_eos=True).run()
+            assert late.status == 503, f"with no replica left a new request got {late.status}: {late.error}"
             assert "no engine replica" in late.error, late.error
             assert late.retry_after and int(late.retry_after) >= 1, late.retry_after
             assert f.metric("troupe_requests_refused_no_replica_total", lambda v: v >= 5) >= 5
-            # Checked at the end, after the recovery has been exercised too.
-            late_status = late.status
-            time.sleep(2.5)  # /health's router figures are refreshed every 2 s
-            health_ready = get_json_any(f.url + "/health").get("router", {}).get("replicas_ready")
+            # A dead replica's load is not reported; its series stay one per replica.
+            assert f.metric("troupe_replicas_ready", lambda v: v == 0) == 0
+            assert w1.replica not in replica_metric(f.url, "troupe_replica_running_sequences")
+            state = metric_values(f.url, "troupe_replica_state")
+            assert state[f'{{replica="{w1.replica}",name="only",state="dead"}}'] == 1, state
+            assert state[f'{{replica="{w1.replica}",name="only",state="ready"}}'] == 0, state
 
             w2 = Worker(f.cluster, name="again")
+            f.wait_for(lambda r: r.get("replicas_ready") == 1, what="the new worker ready")
+            assert get_json_status(f.url + "/health")[0] == 200
             back = run_all(f.port, specs(SHORT_TOKENS)[:4])
             assert_identical(back, reference)
-            assert late_status == 503, f"with no replica left a new request got {late_status}, not 503: {late.error}"
-            assert health_ready == 0, f"with no replica left /health says replicas_ready {health_ready}"
         finally:
             workers_stop(w1, *([w2] if w2 else []))
+
+
+# ---- 6a. a worker that would compute differently is refused ------------------------------------------
+
+def test_a_worker_computing_differently_is_refused_naming_the_setting():
+    """Another K/V type changes greedy answers, and a stream moved between the two would splice two
+    numerics: the front refuses the join, both sides say which setting differs and both values."""
+    with Front() as f:
+        odd = Worker(f.cluster, "--set", "kv.f32=true", name="odd", wait=False)
+        try:
+            code = odd.wait(120)
+        finally:
+            odd.kill()
+        assert code != 0, odd.output()
+        assert "kv.type differs: this worker's is 'f32', the cluster's is 'f16'" in odd.output(), odd.output()
+        assert any("refused" in line and "kv.type differs" in line and "'f32'" in line and "'f16'" in line
+                   for line in f.server.log), f.server.output()
+        alike = Worker(f.cluster, name="alike")  # the same settings join
+        try:
+            h = f.wait_for(lambda r: r.get("replicas_ready") == 2, what="the alike worker ready")
+            assert "odd" not in [x["name"] for x in h["router"]["replicas"]]
+        finally:
+            alike.kill()
 
 
 # ---- 6b. a client going away frees the remote sequence ---------------------------------------------------
@@ -525,7 +596,7 @@ def test_partitioned_worker_is_declared_dead_its_streams_migrate_and_it_rejoins(
             t_cut = time.monotonic()
             netns.link(0, "down")
             assert f.placed(len(streams))[first] > 0
-            # Declared dead within dead_after_ms (plus the router's tick and /health's 2 s refresh).
+            # Declared dead within dead_after_ms (plus the router's tick and /health's refresh).
             f.wait_for(lambda r: any(x["id"] == first and x["state"] == "dead" for x in r.get("replicas", [])),
                        timeout=dead_after_ms / 1000 + 3, what="the partitioned worker dead")
             died_line = [line for line in f.server.log if f"replica {first}" in line and "is dead" in line]

@@ -715,6 +715,7 @@ TEST(RouterState, AWorkerMustComputeAsTheFrontsOwnReplica) {
   EXPECT_NE(why.find("the cluster's is 'llama.cpp' (the front's own replica)"), std::string::npos) << why;
   const std::string kv = s.numerics_conflict(numerics("llama.cpp", "q8"));
   EXPECT_NE(kv.find("kv.type differs: this worker's is 'q8', the cluster's is 'f16'"), std::string::npos) << kv;
+  EXPECT_NE(kv.find("set the same kv.f32 and kv.q8 on every node"), std::string::npos) << kv;  // the keys to set
   // A worker that reports nothing (an older build) is not taken on trust.
   const std::string none = s.numerics_conflict({});
   EXPECT_NE(none.find("this worker's is (not reported)"), std::string::npos) << none;
