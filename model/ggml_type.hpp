@@ -28,7 +28,10 @@ struct type_traits {
   const char* name;
   int64_t block_size;    // elements per block
   size_t block_bytes;    // bytes per block
-  bool supported;        // Troupe can compute with it
+  bool supported;        // Troupe can load and compute with it
+  // The matmul kernels compute with it directly. A supported type without them (Q5_0, Q5_1,
+  // Q2_K, Q3_K, Q5_K) is dequantizable only: llama_model converts such matrices to Q8_0 at load.
+  bool matmul = false;
 };
 
 // Traits of a type id read from a file; nullptr when the id is unknown.

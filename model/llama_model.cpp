@@ -1,6 +1,9 @@
 #include "model/llama_model.hpp"
 
 #include <cmath>
+#include <cstdio>
+
+#include "model/weight_conversion.hpp"
 
 namespace troupe::model {
 
@@ -24,7 +27,8 @@ class tensor_loader {
   const std::string& error() const { return error_; }
   bool failed() const { return !error_.empty(); }
 
-  // A matrix of n_out rows of n_in elements; any supported type.
+  // A matrix of n_out rows of n_in elements; any supported type (load converts those the matmul
+  // kernels lack afterwards).
   weight_view matrix(const std::string& name, int64_t n_in, int64_t n_out, bool required = true) {
     weight_view w;
     const auto* t = lookup(name, required);
@@ -168,13 +172,28 @@ result<std::shared_ptr<llama_model>> llama_model::load(std::shared_ptr<gguf_file
     L.w_down = tl.matrix(b + "ffn_down.weight", hp.n_ff, hp.n_embd);
   }
   if (tl.failed()) return make_error(f.path() + ": " + tl.error());
+
+  // In the order a step reads them; the token embeddings stay as they are (a row is dequantized
+  // per token), but a tied output head of a type without kernels gets its own Q8_0 copy.
+  std::vector<weight_view*> ws;
+  for (auto& L : m->layers_)
+    for (weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) ws.push_back(w);
+  ws.push_back(&m->output_);
+  auto conv = convert_for_matmul(ws, f, m->tok_embd_.data);
+  if (!conv) return make_error(f.path() + ": " + conv.error());
+  if (conv->bytes > 0) {
+    std::fprintf(stderr, "troupe: %s\n", describe(conv.value()).c_str());
+    m->converted_ = conv->memory;
+    m->converted_bytes_ = conv->bytes;
+    m->converted_source_bytes_ = conv->source_bytes;
+  }
   return m;
 }
 
 size_t llama_model::weight_bytes() const {
   size_t n = 0;
   for (const auto& t : file_->tensors()) n += t.bytes;
-  return n;
+  return n - converted_source_bytes_ + converted_bytes_;
 }
 
 }  // namespace troupe::model

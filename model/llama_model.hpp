@@ -1,6 +1,8 @@
 #pragma once
 // A Llama-family model loaded from GGUF: hyper-parameters from metadata and weight views into
-// the memory-mapped file (no copies of the weights).
+// the memory-mapped file (no copies of the weights), except for matrices of a type the matmul
+// kernels lack (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K), which are converted to Q8_0 copies the model owns
+// (model/weight_conversion.hpp).
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,7 +60,11 @@ class llama_model {
   const weight_view& output() const { return output_; }
   const float* output_norm() const { return output_norm_; }
   const std::vector<layer_weights>& layers() const { return layers_; }
+  // The bytes of the weights as the model computes with them: the file's tensors, with each
+  // matrix converted to Q8_0 counted at its converted size.
   size_t weight_bytes() const;
+  // The memory the Q8_0 copies take (0 when no matrix needed converting).
+  size_t converted_bytes() const { return converted_bytes_; }
 
  private:
   std::shared_ptr<gguf_file> file_;
@@ -67,6 +73,9 @@ class llama_model {
   weight_view output_;
   const float* output_norm_ = nullptr;
   std::vector<layer_weights> layers_;
+  std::shared_ptr<uint8_t> converted_;  // the Q8_0 copies the views above may point into
+  size_t converted_bytes_ = 0;
+  size_t converted_source_bytes_ = 0;  // the file's bytes of the matrices converted
 };
 
 }  // namespace troupe::model

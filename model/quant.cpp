@@ -10,9 +10,14 @@
 
 namespace troupe::model {
 
+using detail::block_q2_k;
+using detail::block_q3_k;
 using detail::block_q4_0;
 using detail::block_q4_1;
 using detail::block_q4_k;
+using detail::block_q5_0;
+using detail::block_q5_1;
+using detail::block_q5_k;
 using detail::block_q6_k;
 using detail::block_q8_0;
 using detail::qk32;
@@ -63,6 +68,37 @@ void pack_scale_min_k4(const uint8_t sc[8], const uint8_t m[8], uint8_t* q) {
   }
 }
 
+// The sixteen 6-bit scales of a Q3_K super-block, less 32 (so in [-32, 31]). Scale j keeps its
+// low 4 bits in byte j % 8 (low nibble for j < 8, high nibble after) and its top 2 bits in
+// bits 2 (j / 4) of byte 8 + j % 4.
+void unpack_q3_k_scales(const uint8_t* q, int (&sc)[16]) {
+  for (int j = 0; j < 16; ++j) {
+    const int lo = j < 8 ? (q[j] & 0x0F) : (q[j - 8] >> 4);
+    const int hi = (q[8 + j % 4] >> (2 * (j / 4))) & 3;
+    sc[j] = (lo | (hi << 4)) - 32;
+  }
+}
+
+// Inverse of unpack_q3_k_scales; sc[j] in [-32, 31].
+void pack_q3_k_scales(const int (&sc)[16], uint8_t* q) {
+  std::memset(q, 0, 12);
+  for (int j = 0; j < 16; ++j) {
+    const int v = sc[j] + 32;
+    q[j % 8] |= static_cast<uint8_t>((v & 0x0F) << (j < 8 ? 0 : 4));
+    q[8 + j % 4] |= static_cast<uint8_t>((v >> 4) << (2 * (j / 4)));
+  }
+}
+
+// The fifth bits of a Q5_0 / Q5_1 block: bit j is that of element j.
+uint32_t load_qh(const uint8_t (&qh)[4]) {
+  return static_cast<uint32_t>(qh[0]) | (static_cast<uint32_t>(qh[1]) << 8) |
+         (static_cast<uint32_t>(qh[2]) << 16) | (static_cast<uint32_t>(qh[3]) << 24);
+}
+
+void store_qh(uint32_t v, uint8_t (&qh)[4]) {
+  for (int k = 0; k < 4; ++k) qh[k] = static_cast<uint8_t>(v >> (8 * k));
+}
+
 // ---- dequantization ---------------------------------------------------------------------
 
 void dequant_q4_0(const block_q4_0* b, float* y, int64_t nb) {
@@ -82,6 +118,35 @@ void dequant_q4_1(const block_q4_1* b, float* y, int64_t nb) {
     for (int j = 0; j < qk32 / 2; ++j) {
       y[j] = static_cast<float>(b[i].qs[j] & 0x0F) * d + m;
       y[j + 16] = static_cast<float>(b[i].qs[j] >> 4) * d + m;
+    }
+  }
+}
+
+// The dequantizers below compute each value with the operations of ggml's dequantize_row_*, in
+// the same order, so that they match it bit for bit (tests/fixtures/quant/).
+void dequant_q5_0(const block_q5_0* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += qk32) {
+    const float d = fp16_to_fp32(b[i].d);
+    const uint32_t qh = load_qh(b[i].qh);
+    for (int j = 0; j < qk32 / 2; ++j) {
+      const int lo = (b[i].qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1) << 4);
+      const int hi = (b[i].qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
+      y[j] = static_cast<float>(lo - 16) * d;
+      y[j + 16] = static_cast<float>(hi - 16) * d;
+    }
+  }
+}
+
+void dequant_q5_1(const block_q5_1* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += qk32) {
+    const float d = fp16_to_fp32(b[i].d);
+    const float m = fp16_to_fp32(b[i].m);
+    const uint32_t qh = load_qh(b[i].qh);
+    for (int j = 0; j < qk32 / 2; ++j) {
+      const int lo = (b[i].qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1) << 4);
+      const int hi = (b[i].qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
+      y[j] = static_cast<float>(lo) * d + m;
+      y[j + 16] = static_cast<float>(hi) * d + m;
     }
   }
 }
@@ -106,6 +171,68 @@ void dequant_q4_k(const block_q4_k* b, float* y, int64_t nb) {
       const float d1 = d * sc1, min1 = dmin * m1;
       for (int l = 0; l < 32; ++l) *y++ = d0 * static_cast<float>(q[l] & 0x0F) - min0;
       for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] >> 4) - min1;
+    }
+  }
+}
+
+void dequant_q2_k(const block_q2_k* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    const float dmin = fp16_to_fp32(b[i].dmin);
+    const uint8_t* sc = b[i].scales;
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* q = b[i].qs + 32 * half;
+      for (int k = 0; k < 4; ++k) {
+        for (int part = 0; part < 2; ++part, ++sc) {  // two groups of 16 per 32 bytes of qs
+          const float dl = d * static_cast<float>(*sc & 0x0F);
+          const float ml = dmin * static_cast<float>(*sc >> 4);
+          for (int l = 16 * part; l < 16 * part + 16; ++l)
+            *y++ = dl * static_cast<float>((q[l] >> (2 * k)) & 3) - ml;
+        }
+      }
+    }
+  }
+}
+
+void dequant_q3_k(const block_q3_k* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    int sc[16];
+    unpack_q3_k_scales(b[i].scales, sc);
+    int g = 0;
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* q = b[i].qs + 32 * half;
+      for (int k = 0; k < 4; ++k) {
+        const int hbit = 4 * half + k;
+        for (int part = 0; part < 2; ++part, ++g) {
+          const float dl = d * static_cast<float>(sc[g]);
+          for (int l = 16 * part; l < 16 * part + 16; ++l) {
+            const int low = (q[l] >> (2 * k)) & 3;
+            const int v = low - (((b[i].hmask[l] >> hbit) & 1) ? 0 : 4);
+            *y++ = dl * static_cast<float>(v);
+          }
+        }
+      }
+    }
+  }
+}
+
+void dequant_q5_k(const block_q5_k* b, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = fp16_to_fp32(b[i].d);
+    const float dmin = fp16_to_fp32(b[i].dmin);
+    const uint8_t* q = b[i].qs;
+    const uint8_t* qh = b[i].qh;
+    for (int c = 0; c < 4; ++c, q += 32) {
+      uint8_t sc0, m0, sc1, m1;
+      get_scale_min_k4(2 * c, b[i].scales, &sc0, &m0);
+      get_scale_min_k4(2 * c + 1, b[i].scales, &sc1, &m1);
+      const float d0 = d * sc0, min0 = dmin * m0;
+      const float d1 = d * sc1, min1 = dmin * m1;
+      for (int l = 0; l < 32; ++l)
+        *y++ = d0 * static_cast<float>((q[l] & 0x0F) | (((qh[l] >> (2 * c)) & 1) << 4)) - min0;
+      for (int l = 0; l < 32; ++l)
+        *y++ = d1 * static_cast<float>((q[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4)) - min1;
     }
   }
 }
@@ -176,6 +303,55 @@ void quant_q4_1(const float* x, block_q4_1* b, int64_t nb) {
   }
 }
 
+// Same rule as ggml's quantize_row_q5_0_ref: Q4_0's, on the grid [-16, 15].
+void quant_q5_0(const float* x, block_q5_0* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += qk32) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < qk32; ++j) {
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    uint32_t qh = 0;
+    for (int j = 0; j < qk32 / 2; ++j) {
+      const int lo = std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f)));
+      const int hi = std::min(31, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 16.5f)));
+      b[i].qs[j] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+      qh |= static_cast<uint32_t>((lo >> 4) & 1) << j;
+      qh |= static_cast<uint32_t>((hi >> 4) & 1) << (j + 16);
+    }
+    store_qh(qh, b[i].qh);
+  }
+}
+
+// Same rule as ggml's quantize_row_q5_1_ref: Q4_1's, on 32 levels.
+void quant_q5_1(const float* x, block_q5_1* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += qk32) {
+    float mn = FLT_MAX, mx = -FLT_MAX;
+    for (int j = 0; j < qk32; ++j) {
+      mn = std::min(mn, x[j]);
+      mx = std::max(mx, x[j]);
+    }
+    const float d = (mx - mn) / 31.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[i].d = fp32_to_fp16(d);
+    b[i].m = fp32_to_fp16(mn);
+    uint32_t qh = 0;
+    for (int j = 0; j < qk32 / 2; ++j) {
+      const int lo = std::min(31, static_cast<int>((x[j] - mn) * id + 0.5f));
+      const int hi = std::min(31, static_cast<int>((x[j + 16] - mn) * id + 0.5f));
+      b[i].qs[j] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+      qh |= static_cast<uint32_t>((lo >> 4) & 1) << j;
+      qh |= static_cast<uint32_t>((hi >> 4) & 1) << (j + 16);
+    }
+    store_qh(qh, b[i].qh);
+  }
+}
+
 void quant_q8_0(const float* x, block_q8_0* b, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += qk32) {
     float amax = 0.0f;
@@ -187,100 +363,179 @@ void quant_q8_0(const float* x, block_q8_0* b, int64_t nb) {
   }
 }
 
-// Round-to-nearest Q4_K: per sub-block an affine grid over [min(0, lo), hi], then the 8 scales
-// and 8 mins quantized to 6 bits against the super-block's largest, and finally every element
-// re-quantized against the scales as stored (so rounding of the scales is not compounded).
-// ggml's reference searches for better grids; the layout is what must match, not the search.
-void quant_q4_k(const float* x, block_q4_k* b, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, x += qk_k) {
-    float scales[8], mins[8];
-    float max_scale = 0.0f, max_min = 0.0f;
-    for (int j = 0; j < 8; ++j) {
-      const float* xs = x + 32 * j;
-      float lo = 0.0f, hi = -FLT_MAX;
-      for (int l = 0; l < 32; ++l) {
-        lo = std::min(lo, xs[l]);
-        hi = std::max(hi, xs[l]);
-      }
-      scales[j] = (hi - lo) / 15.0f;
-      mins[j] = -lo;
-      max_scale = std::max(max_scale, scales[j]);
-      max_min = std::max(max_min, mins[j]);
-    }
-    const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
-    const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
-    uint8_t ls[8], lm[8];
-    for (int j = 0; j < 8; ++j) {
-      ls[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
-      lm[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
-    }
-    pack_scale_min_k4(ls, lm, b[i].scales);
-    b[i].d = fp32_to_fp16(max_scale / 63.0f);
-    b[i].dmin = fp32_to_fp16(max_min / 63.0f);
+// A super-block on an affine grid, round to nearest: value = d * sc[g] * q - dmin * m[g], over
+// n_groups groups of 256 / n_groups elements, q in [0, q_max], sc and m in [0, scale_max]. Each
+// group gets the grid over [min(0, lo), hi]; its scale and min are quantized against the
+// super-block's largest, and every element is then re-quantized against the scales as stored
+// (so rounding of the scales is not compounded). ggml's reference quantizers search for better
+// grids; the layout is what must match, not the search. Used by Q2_K, Q4_K and Q5_K.
+struct affine_super_block {
+  uint16_t d = 0, dmin = 0;  // fp16
+  uint8_t sc[16] = {}, m[16] = {};
+  uint8_t q[qk_k] = {};
+};
 
-    const float d = fp16_to_fp32(b[i].d);
-    const float dmin = fp16_to_fp32(b[i].dmin);
-    uint8_t levels[qk_k];
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      get_scale_min_k4(j, b[i].scales, &sc, &m);
-      const float dj = d * sc;
-      const float mj = dmin * m;
-      for (int l = 0; l < 32; ++l) {
-        const int q = dj != 0.0f ? nearest_int((x[32 * j + l] + mj) / dj) : 0;
-        levels[32 * j + l] = static_cast<uint8_t>(std::clamp(q, 0, 15));
+void quantize_affine_super_block(const float* x, int n_groups, int q_max, int scale_max, affine_super_block& out) {
+  const int gs = qk_k / n_groups;
+  float scales[16], mins[16];
+  float max_scale = 0.0f, max_min = 0.0f;
+  for (int g = 0; g < n_groups; ++g) {
+    const float* xs = x + gs * g;
+    float lo = 0.0f, hi = -FLT_MAX;
+    for (int l = 0; l < gs; ++l) {
+      lo = std::min(lo, xs[l]);
+      hi = std::max(hi, xs[l]);
+    }
+    scales[g] = (hi - lo) / static_cast<float>(q_max);
+    mins[g] = -lo;
+    max_scale = std::max(max_scale, scales[g]);
+    max_min = std::max(max_min, mins[g]);
+  }
+  const auto smax = static_cast<float>(scale_max);
+  const float inv_scale = max_scale > 0.0f ? smax / max_scale : 0.0f;
+  const float inv_min = max_min > 0.0f ? smax / max_min : 0.0f;
+  for (int g = 0; g < n_groups; ++g) {
+    out.sc[g] = static_cast<uint8_t>(std::min(scale_max, nearest_int(inv_scale * scales[g])));
+    out.m[g] = static_cast<uint8_t>(std::min(scale_max, nearest_int(inv_min * mins[g])));
+  }
+  out.d = fp32_to_fp16(max_scale / smax);
+  out.dmin = fp32_to_fp16(max_min / smax);
+  const float d = fp16_to_fp32(out.d);
+  const float dmin = fp16_to_fp32(out.dmin);
+  for (int g = 0; g < n_groups; ++g) {
+    const float dg = d * out.sc[g];
+    const float mg = dmin * out.m[g];
+    for (int l = 0; l < gs; ++l) {
+      const int q = dg != 0.0f ? nearest_int((x[gs * g + l] + mg) / dg) : 0;
+      out.q[gs * g + l] = static_cast<uint8_t>(std::clamp(q, 0, q_max));
+    }
+  }
+}
+
+// A super-block of sixteen groups of 16 on a symmetric grid, round to nearest: value =
+// d * sc[g] * q, q in [-q_neg, q_neg - 1], sc in [-scale_neg, scale_neg - 1]. Each group gets
+// the scale that maps its largest-magnitude element to -q_neg (the grid's longer end); the 16
+// scales are quantized the same way against the largest one, then elements are re-quantized
+// against the stored scales. Used by Q3_K and Q6_K.
+struct symmetric_super_block {
+  uint16_t d = 0;  // fp16
+  int sc[16] = {};
+  int q[qk_k] = {};
+};
+
+void quantize_symmetric_super_block(const float* x, int q_neg, int scale_neg, symmetric_super_block& out) {
+  float scales[16];
+  float max_scale = 0.0f, amax_scale = 0.0f;
+  for (int g = 0; g < 16; ++g) {
+    float amax = 0.0f, max = 0.0f;
+    for (int l = 0; l < 16; ++l) {
+      const float v = x[16 * g + l];
+      if (std::fabs(v) > amax) {
+        amax = std::fabs(v);
+        max = v;
       }
     }
+    scales[g] = max / -static_cast<float>(q_neg);
+    if (std::fabs(scales[g]) > amax_scale) {
+      amax_scale = std::fabs(scales[g]);
+      max_scale = scales[g];
+    }
+  }
+  if (max_scale == 0.0f) {
+    out = symmetric_super_block{};
+    out.d = fp32_to_fp16(0.0f);
+  } else {
+    const float iscale = -static_cast<float>(scale_neg) / max_scale;
+    for (int g = 0; g < 16; ++g) out.sc[g] = std::clamp(nearest_int(iscale * scales[g]), -scale_neg, scale_neg - 1);
+    out.d = fp32_to_fp16(1.0f / iscale);
+  }
+  const float d = fp16_to_fp32(out.d);
+  for (int g = 0; g < 16; ++g) {
+    const float dg = d * static_cast<float>(out.sc[g]);
+    for (int l = 0; l < 16; ++l) {
+      const int q = dg != 0.0f ? nearest_int(x[16 * g + l] / dg) : 0;
+      out.q[16 * g + l] = std::clamp(q, -q_neg, q_neg - 1);
+    }
+  }
+}
+
+void quant_q4_k(const float* x, block_q4_k* b, int64_t nb) {
+  affine_super_block s;
+  for (int64_t i = 0; i < nb; ++i, x += qk_k) {
+    quantize_affine_super_block(x, 8, 15, 63, s);
+    pack_scale_min_k4(s.sc, s.m, b[i].scales);
+    b[i].d = s.d;
+    b[i].dmin = s.dmin;
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l)
+        b[i].qs[32 * c + l] = static_cast<uint8_t>(s.q[64 * c + l] | (s.q[64 * c + 32 + l] << 4));
+    }
+  }
+}
+
+void quant_q5_k(const float* x, block_q5_k* b, int64_t nb) {
+  affine_super_block s;
+  for (int64_t i = 0; i < nb; ++i, x += qk_k) {
+    quantize_affine_super_block(x, 8, 31, 63, s);
+    pack_scale_min_k4(s.sc, s.m, b[i].scales);
+    b[i].d = s.d;
+    b[i].dmin = s.dmin;
+    std::memset(b[i].qh, 0, sizeof b[i].qh);
     for (int c = 0; c < 4; ++c) {
       for (int l = 0; l < 32; ++l) {
-        b[i].qs[32 * c + l] =
-            static_cast<uint8_t>(levels[64 * c + l] | (levels[64 * c + 32 + l] << 4));
+        const uint8_t lo = s.q[64 * c + l], hi = s.q[64 * c + 32 + l];
+        b[i].qs[32 * c + l] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+        b[i].qh[l] |= static_cast<uint8_t>(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
       }
     }
   }
 }
 
-// Round-to-nearest Q6_K: each group of 16 gets the scale that maps its largest-magnitude element
-// to -32 (the grid is [-32, 31]); the 16 scales are quantized to int8 the same way against the
-// largest one, then elements are re-quantized against the stored scales.
-void quant_q6_k(const float* x, block_q6_k* b, int64_t nb) {
+// Q2_K and Q3_K store the low 2 bits of element 32k + l of half h in bits 2k of qs[32h + l].
+void pack_2bit_k(const uint8_t (&low2)[qk_k], uint8_t* qs) {
+  std::memset(qs, 0, qk_k / 4);
+  for (int i = 0; i < qk_k; ++i) {
+    const int h = i / 128, k = (i % 128) / 32, l = i % 32;
+    qs[32 * h + l] |= static_cast<uint8_t>((low2[i] & 3) << (2 * k));
+  }
+}
+
+void quant_q2_k(const float* x, block_q2_k* b, int64_t nb) {
+  affine_super_block s;
   for (int64_t i = 0; i < nb; ++i, x += qk_k) {
-    float scales[16];
-    float max_scale = 0.0f, amax_scale = 0.0f;
-    for (int g = 0; g < 16; ++g) {
-      float amax = 0.0f, max = 0.0f;
-      for (int l = 0; l < 16; ++l) {
-        const float v = x[16 * g + l];
-        if (std::fabs(v) > amax) {
-          amax = std::fabs(v);
-          max = v;
-        }
-      }
-      scales[g] = max / -32.0f;
-      if (std::fabs(scales[g]) > amax_scale) {
-        amax_scale = std::fabs(scales[g]);
-        max_scale = scales[g];
-      }
-    }
-    std::memset(b[i].scales, 0, sizeof b[i].scales);
-    if (max_scale == 0.0f) {
-      b[i].d = fp32_to_fp16(0.0f);
-    } else {
-      const float iscale = -128.0f / max_scale;
-      for (int g = 0; g < 16; ++g) {
-        b[i].scales[g] = static_cast<int8_t>(std::clamp(nearest_int(iscale * scales[g]), -128, 127));
-      }
-      b[i].d = fp32_to_fp16(1.0f / iscale);
-    }
-    const float d = fp16_to_fp32(b[i].d);
+    quantize_affine_super_block(x, 16, 3, 15, s);
+    for (int g = 0; g < 16; ++g) b[i].scales[g] = static_cast<uint8_t>(s.sc[g] | (s.m[g] << 4));
+    b[i].d = s.d;
+    b[i].dmin = s.dmin;
+    pack_2bit_k(s.q, b[i].qs);
+  }
+}
+
+void quant_q3_k(const float* x, block_q3_k* b, int64_t nb) {
+  symmetric_super_block s;
+  for (int64_t i = 0; i < nb; ++i, x += qk_k) {
+    quantize_symmetric_super_block(x, 4, 32, s);
+    pack_q3_k_scales(s.sc, b[i].scales);
+    b[i].d = s.d;
     uint8_t levels[qk_k];
-    for (int g = 0; g < 16; ++g) {
-      const float dg = d * b[i].scales[g];
-      for (int l = 0; l < 16; ++l) {
-        const int q = dg != 0.0f ? nearest_int(x[16 * g + l] / dg) : 0;
-        levels[16 * g + l] = static_cast<uint8_t>(std::clamp(q, -32, 31) + 32);
-      }
+    std::memset(b[i].hmask, 0, sizeof b[i].hmask);
+    for (int j = 0; j < qk_k; ++j) {
+      levels[j] = static_cast<uint8_t>(s.q[j] + 4);  // 0..7; the 3rd bit goes to hmask
+      const int h = j / 128, k = (j % 128) / 32, l = j % 32;
+      b[i].hmask[l] |= static_cast<uint8_t>((levels[j] >> 2) << (4 * h + k));
     }
+    pack_2bit_k(levels, b[i].qs);
+  }
+}
+
+void quant_q6_k(const float* x, block_q6_k* b, int64_t nb) {
+  symmetric_super_block s;
+  for (int64_t i = 0; i < nb; ++i, x += qk_k) {
+    quantize_symmetric_super_block(x, 32, 128, s);
+    for (int g = 0; g < 16; ++g) b[i].scales[g] = static_cast<int8_t>(s.sc[g]);
+    b[i].d = s.d;
+    uint8_t levels[qk_k];
+    for (int j = 0; j < qk_k; ++j) levels[j] = static_cast<uint8_t>(s.q[j] + 32);
     uint8_t* ql = b[i].ql;
     uint8_t* qh = b[i].qh;
     for (int half = 0; half < 2; ++half, ql += 64, qh += 32) {
@@ -294,7 +549,6 @@ void quant_q6_k(const float* x, block_q6_k* b, int64_t nb) {
     }
   }
 }
-
 }  // namespace
 
 // ---- scalar conversions -------------------------------------------------------------------
@@ -367,6 +621,16 @@ void dequantize_row(ggml_type type, const void* src, float* dst, int64_t n) {
       return dequant_q4_k(static_cast<const block_q4_k*>(src), dst, n / qk_k);
     case ggml_type::q6_k:
       return dequant_q6_k(static_cast<const block_q6_k*>(src), dst, n / qk_k);
+    case ggml_type::q5_0:
+      return dequant_q5_0(static_cast<const block_q5_0*>(src), dst, n / qk32);
+    case ggml_type::q5_1:
+      return dequant_q5_1(static_cast<const block_q5_1*>(src), dst, n / qk32);
+    case ggml_type::q2_k:
+      return dequant_q2_k(static_cast<const block_q2_k*>(src), dst, n / qk_k);
+    case ggml_type::q3_k:
+      return dequant_q3_k(static_cast<const block_q3_k*>(src), dst, n / qk_k);
+    case ggml_type::q5_k:
+      return dequant_q5_k(static_cast<const block_q5_k*>(src), dst, n / qk_k);
     default:
       // Callers check traits_of(type)->supported before computing with a tensor.
       assert(false && "dequantize_row: unsupported type");
@@ -399,6 +663,16 @@ void quantize_row(ggml_type type, const float* src, void* dst, int64_t n) {
       return quant_q4_k(src, static_cast<block_q4_k*>(dst), n / qk_k);
     case ggml_type::q6_k:
       return quant_q6_k(src, static_cast<block_q6_k*>(dst), n / qk_k);
+    case ggml_type::q5_0:
+      return quant_q5_0(src, static_cast<block_q5_0*>(dst), n / qk32);
+    case ggml_type::q5_1:
+      return quant_q5_1(src, static_cast<block_q5_1*>(dst), n / qk32);
+    case ggml_type::q2_k:
+      return quant_q2_k(src, static_cast<block_q2_k*>(dst), n / qk_k);
+    case ggml_type::q3_k:
+      return quant_q3_k(src, static_cast<block_q3_k*>(dst), n / qk_k);
+    case ggml_type::q5_k:
+      return quant_q5_k(src, static_cast<block_q5_k*>(dst), n / qk_k);
     default:
       assert(false && "quantize_row: unsupported type");
   }

@@ -3,15 +3,20 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "model/detail/quant_blocks.hpp"
+#include "tests/support/test_paths.hpp"
 
 using namespace troupe::model;
 namespace d = troupe::model::detail;
@@ -230,10 +235,13 @@ struct round_trip_case {
 // and the far end clamps, so up to one step, amax / 8 (+0.4%). Q4_1: step (max - min) / 15 <=
 // 2 amax / 15, half of it 0.067 amax, plus fp16 rounding of d and m, < 0.001 amax. K-quants
 // also round the sub-block scales (6 or 8 bits), which can push an element outside its grid by
-// a few percent of amax (measured: Q4_K 0.065, Q6_K 0.017), hence the looser values. RMS bounds
-// are ~1.5x what these quantizers measure on this data (Q8_0 0.0054, Q4_0 0.086, Q4_1 0.078,
-// Q4_K 0.079, Q6_K 0.018, relative to the data's RMS), so a broken layout or rounding rule
-// fails them by a wide margin.
+// a few percent of amax (measured: Q4_K 0.065, Q6_K 0.017), hence the looser values. Q5_0 and
+// Q5_1 are Q4_0's and Q4_1's rules on twice the levels: amax / 16 (+0.4%) and amax / 31 (+fp16).
+// Q5_K, Q3_K and Q2_K round their sub-block scales as Q4_K does (measured: 0.032, 0.22, 0.31;
+// Q2_K's 4 levels and 4-bit scales and Q3_K's 8 levels are coarse by design). RMS bounds are
+// ~1.5x what these quantizers measure on this data (Q8_0 0.0054, Q4_0 0.086, Q4_1 0.078, Q4_K
+// 0.079, Q6_K 0.018, Q5_0 0.043, Q5_1 0.038, Q5_K 0.038, Q3_K 0.15, Q2_K 0.36, relative to the
+// data's RMS), so a broken layout or rounding rule fails them by a wide margin.
 class RoundTrip : public ::testing::TestWithParam<round_trip_case> {};
 
 TEST_P(RoundTrip, ErrorWithinBounds) {
@@ -266,11 +274,17 @@ INSTANTIATE_TEST_SUITE_P(
                       round_trip_case{ggml_type::q4_0, 1.01 / 8, 0.13},
                       round_trip_case{ggml_type::q4_1, 0.075, 0.12},
                       round_trip_case{ggml_type::q4_k, 0.10, 0.12},
-                      round_trip_case{ggml_type::q6_k, 0.03, 0.028}),
+                      round_trip_case{ggml_type::q6_k, 0.03, 0.028},
+                      round_trip_case{ggml_type::q5_0, 1.01 / 16, 0.065},
+                      round_trip_case{ggml_type::q5_1, 0.035, 0.057},
+                      round_trip_case{ggml_type::q5_k, 0.045, 0.057},
+                      round_trip_case{ggml_type::q3_k, 0.26, 0.23},
+                      round_trip_case{ggml_type::q2_k, 0.40, 0.53}),
     [](const auto& info) { return std::string(type_name(static_cast<uint32_t>(info.param.type))); });
 
 TEST(Quant, ConstantAndZeroRowsSurvive) {
-  for (ggml_type t : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k}) {
+  for (ggml_type t : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k,
+                      ggml_type::q5_0, ggml_type::q5_1, ggml_type::q2_k, ggml_type::q3_k, ggml_type::q5_k}) {
     std::vector<float> zeros(256, 0.0f);
     for (float v : dequantize(t, quantize(t, zeros), 256)) ASSERT_EQ(v, 0.0f) << type_name(static_cast<uint32_t>(t));
     std::vector<float> ones(256, 1.0f);
@@ -282,11 +296,88 @@ TEST(Quant, DotReferenceIsDequantizedDot) {
   const auto w = random_normal(512, 21);
   const auto x = random_normal(512, 22);
   for (ggml_type t : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q4_0, ggml_type::q4_1,
-                      ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k}) {
+                      ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k, ggml_type::q5_0, ggml_type::q5_1,
+                      ggml_type::q2_k, ggml_type::q3_k, ggml_type::q5_k}) {
     const auto q = quantize(t, w);
     const auto y = dequantize(t, q, 512);
     double expect = 0.0;
     for (size_t i = 0; i < 512; ++i) expect += static_cast<double>(y[i]) * x[i];
     EXPECT_NEAR(dot_reference(t, q.data(), x.data(), 512), expect, 1e-4) << type_name(static_cast<uint32_t>(t));
+  }
+}
+
+// ---- bit for bit against ggml ---------------------------------------------------------------
+
+namespace {
+
+std::vector<uint8_t> read_fixture(const std::string& rel) {
+  std::ifstream in(troupe::test::fixture(rel), std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+// tests/fixtures/quant/<type>.blocks hold blocks made by ggml (its reference quantizer, the
+// searching quantizer llama-quantize uses, and random bytes under random fp16 scales) and
+// <type>.f32 what ggml's dequantize_row_* makes of them (scripts/make-quant-fixtures.sh).
+// Every float must be the same bits: a file's weights must mean to Troupe what they mean to
+// llama.cpp.
+class MatchesGgml : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(MatchesGgml, DequantizeRowBitForBit) {
+  const ggml_type t = GetParam();
+  std::string name = type_name(static_cast<uint32_t>(t));
+  std::transform(name.begin(), name.end(), name.begin(), [](char c) { return static_cast<char>(std::tolower(c)); });
+  const auto blocks = read_fixture("quant/" + name + ".blocks");
+  const auto floats = read_fixture("quant/" + name + ".f32");
+  const auto* tr = traits_of(t);
+  ASSERT_FALSE(blocks.empty()) << "missing fixture quant/" << name << ".blocks";
+  ASSERT_EQ(blocks.size() % tr->block_bytes, 0u);
+  const int64_t n = static_cast<int64_t>(blocks.size() / tr->block_bytes) * tr->block_size;
+  ASSERT_GE(n / tr->block_size, 48);
+  ASSERT_EQ(floats.size(), static_cast<size_t>(n) * sizeof(float));
+  std::vector<float> y(static_cast<size_t>(n));
+  dequantize_row(t, blocks.data(), y.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t want;
+    std::memcpy(&want, floats.data() + 4 * i, 4);
+    ASSERT_EQ(bits(y[static_cast<size_t>(i)]), want)
+        << name << " block " << i / tr->block_size << " element " << i % tr->block_size << ": "
+        << y[static_cast<size_t>(i)] << " vs ggml's " << from_bits(want);
+  }
+  // A row dequantized in parts gives the same floats (blocks are independent).
+  std::vector<float> part(static_cast<size_t>(tr->block_size));
+  const size_t last = blocks.size() - tr->block_bytes;
+  dequantize_row(t, blocks.data() + last, part.data(), tr->block_size);
+  EXPECT_EQ(std::memcmp(part.data(), y.data() + (n - tr->block_size), part.size() * 4), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ConvertedTypes, MatchesGgml,
+    ::testing::Values(ggml_type::q5_0, ggml_type::q5_1, ggml_type::q2_k, ggml_type::q3_k, ggml_type::q5_k),
+    [](const auto& info) { return std::string(type_name(static_cast<uint32_t>(info.param))); });
+
+// Element i of a Q3_K super-block from the format description: group i / 16 has the 6-bit
+// scale sc (low 4 bits in byte g % 8 of `scales`, low nibble for g < 8; top 2 bits at bit
+// 2 (g / 4) of byte 8 + g % 4), value d * (sc - 32) * (q - 4), q = 2 bits of qs plus 4 * hbit.
+static float q3_k_element(const d::block_q3_k& b, int i) {
+  const int g = i / 16, h = i / 128, k = (i % 128) / 32, l = i % 32;
+  const int lo4 = g < 8 ? (b.scales[g] & 0x0F) : (b.scales[g - 8] >> 4);
+  const int sc = (lo4 | (((b.scales[8 + g % 4] >> (2 * (g / 4))) & 3) << 4)) - 32;
+  const int q2 = (b.qs[32 * h + l] >> (2 * k)) & 3;
+  const int hb = (b.hmask[l] >> (4 * h + k)) & 1;
+  return fp16_to_fp32(b.d) * static_cast<float>(sc) * static_cast<float>(q2 + 4 * hb - 4);
+}
+
+// The quantizers write what the format describes: every element the quantizer stores reads
+// back through the description as it does through dequantize_row (which matches ggml above).
+TEST(Quant, Q3_KQuantizerWritesTheDescribedLayout) {
+  const auto x = random_normal(1024, 31);
+  const auto q = quantize(ggml_type::q3_k, x);
+  const auto y = dequantize(ggml_type::q3_k, q, 1024);
+  for (int sb = 0; sb < 4; ++sb) {
+    d::block_q3_k b;
+    std::memcpy(&b, q.data() + sb * sizeof b, sizeof b);
+    for (int i = 0; i < 256; ++i) ASSERT_EQ(y[static_cast<size_t>(256 * sb + i)], q3_k_element(b, i)) << i;
   }
 }
