@@ -208,6 +208,7 @@ class compiled_constraint {
   // shortest), and each rule's shortest sentence: how far a state is from a complete output.
   std::vector<int64_t> min_from;
   std::vector<int64_t> min_rule;
+  int64_t max_rule_min = 0;  // the largest finite min_rule: the most one byte can add to the way out
 
 
   // Two bounded caches (the oldest entries go first), shared by every sequence and thread:
@@ -339,6 +340,8 @@ class compiled_constraint {
         }
       }
     }
+    for (int64_t m : min_rule)
+      if (m < inf) max_rule_min = std::max(max_rule_min, m);
   }
 };
 
@@ -766,6 +769,30 @@ void matcher::closing_tokens(std::vector<uint64_t>& mask) {
     }
     return true;
   });
+}
+
+int64_t matcher::max_entry_bytes() const { return s_->c->max_rule_min; }
+
+void matcher::drop_tokens_past(std::vector<uint64_t>& mask, int64_t budget) {
+  if (s_->ended) return;
+  const auto& c = *s_->c;
+  // The fewest bytes to the end after each first byte (-1: not asked yet); a token's further
+  // bytes can each take at most one off it, which gives a lower bound for the token.
+  std::array<int64_t, 256> after;
+  after.fill(-1);
+  for (size_t w = 0; w < mask.size(); ++w) {
+    for (uint64_t bits = mask[w]; bits != 0; bits &= bits - 1) {
+      const auto t = static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(bits)));
+      const std::string& b = c.vocab->bytes(t);
+      if (b.empty()) continue;
+      const auto first = static_cast<uint8_t>(b[0]);
+      if (after[first] < 0) {
+        const rstate next = advance(c, s_->st, first);
+        after[first] = next.dead() ? std::numeric_limits<int64_t>::max() / 2 : min_to_end(c, next, nullptr);
+      }
+      if (after[first] - static_cast<int64_t>(b.size() - 1) > budget) mask[w] &= ~(uint64_t{1} << (t - static_cast<int32_t>(w * 64)));
+    }
+  }
 }
 
 bool matcher::can_end() const { return s_->ended || s_->st.accepting; }

@@ -109,6 +109,14 @@ class matcher {
   // The tokens whose bytes begin shortest_completion(): what closes the output soonest, for when
   // the request's token budget is about to run out (mask_logits).
   void closing_tokens(std::vector<uint64_t>& mask);
+  // The most bytes one byte can add to min_bytes_to_end() (entering the costliest rule, e.g. a
+  // recursive object where null was the way out): how far from the budget's end a choice can
+  // already make the output impossible to close in time.
+  int64_t max_entry_bytes() const;
+  // Clears from `mask` the tokens after which the output could no longer close within `budget`
+  // bytes (judged by a lower bound: the fewest bytes to the end after the token's first byte,
+  // less one for each further byte).
+  void drop_tokens_past(std::vector<uint64_t>& mask, int64_t budget);
   int64_t n_accepted() const;  // tokens accepted so far
 
  private:

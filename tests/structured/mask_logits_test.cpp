@@ -87,3 +87,45 @@ TEST(MaskLogits, AShortBudgetAllowsOnlyWhatClosesTheOutput) {
   }
   EXPECT_EQ(t, 256) << "ended with the end token inside the budget";
 }
+
+// A choice that moves the way out far off (an object begun where null would close the output, as
+// in a recursive pydantic model's Optional["Person"]) is not allowed once the tokens left could
+// no longer close it: the output stays closable to the end of the budget.
+TEST(MaskLogits, NearTheBudgetsEndNoTokenLeadsPastIt) {
+  const std::string g =
+      R"(root ::= "{\"boss\": " (person | "null") "}")"
+      "\n"
+      R"(person ::= "{\"name\": \"" [a-z]* "\", \"age\": " [0-9]+ ", \"boss\": " (person | "null") "}")";
+  auto m = make(kind::grammar, g);
+  for (char c : std::string("{\"boss\": ")) ASSERT_TRUE(m.accept(static_cast<unsigned char>(c)));
+  ASSERT_EQ(m.min_bytes_to_end(), 5);  // null}
+  ASSERT_EQ(m.max_entry_bytes(), 36);  // {"name": "", "age": 0, "boss": null}
+  std::vector<uint64_t> bits;
+  // Plenty left: both ways are open.
+  auto row = ones();
+  mask_logits(m, row.data(), 258, {256}, bits, /*remaining=*/200);
+  EXPECT_EQ(row['{'], 1.0f);
+  EXPECT_EQ(row['n'], 1.0f);
+  // 30 tokens left: not closing yet (5 + 16 < 29), but a person takes 36 bytes more: only null.
+  row = ones();
+  mask_logits(m, row.data(), 258, {256}, bits, /*remaining=*/30);
+  EXPECT_TRUE(std::isinf(row['{'])) << "an object could not be closed in the tokens left";
+  EXPECT_EQ(row['n'], 1.0f);
+  // Greedy on '{' whenever it is allowed, with 60 tokens: the output still closes in time.
+  auto run = make(kind::grammar, g);
+  std::string out;
+  for (int64_t remaining = 60; remaining > 0; --remaining) {
+    row = ones();
+    row['{'] = 5.0f;  // the model's favourite
+    row['a'] = 3.0f;
+    mask_logits(run, row.data(), 258, {256}, bits, remaining);
+    int best = 0;
+    for (int t = 1; t < 258; ++t)
+      if (row[static_cast<size_t>(t)] > row[static_cast<size_t>(best)]) best = t;
+    if (best == 256) break;
+    ASSERT_TRUE(run.accept(best)) << out;
+    out += best == 257 ? "ab" : std::string(1, static_cast<char>(best));
+    if (run.must_end()) break;
+  }
+  EXPECT_TRUE(run.can_end()) << "cut at the budget's end: " << out;
+}
