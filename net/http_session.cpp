@@ -100,6 +100,20 @@ const char* json_endpoint(std::string_view path) {
   return nullptr;
 }
 
+// The name a path's requests count under in the metrics (handle() sets the same), "other" for a
+// path that is no endpoint.
+const char* endpoint_of(std::string_view path) {
+  if (const char* ep = json_endpoint(path)) return ep;
+  if (path == "/v1/ws") return "ws";
+  if (path == "/health") return "health";
+  if (path == "/metrics") return "metrics";
+  if (path == "/admin/reload") return "admin_reload";
+  if (path == "/admin/config") return "admin_config";
+  if (path == "/" || path == "/index.html") return "page";
+  if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return "models";
+  return "other";
+}
+
 // After an answer that closes the connection, the unread rest of the request (a body over the
 // limit, or one that was refused before it was read) is read and dropped, up to this many bytes
 // and for at most linger_time, before the socket closes: closing with unread bytes makes the
@@ -198,9 +212,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
   }
 
   void on_header(beast::error_code ec) {
-    if (ec == http::error::body_limit) {  // a Content-Length over the limit: the request line was read
-      if (const char* ep = json_endpoint(strip_query(parser_->get().target()))) endpoint_ = ep;
-    }
+    // A refusal counts under the endpoint the request was sent to once its request line is read
+    // (413 on Content-Length, 431, a malformed field, a refused Transfer-Encoding or Host).
+    if (!parser_->get().target().empty()) endpoint_ = endpoint_of(strip_query(parser_->get().target()));
     if (ec) return on_read(ec);
     header_done_ = true;
     const auto& h = parser_->get();
@@ -210,15 +224,11 @@ class http_session : public std::enable_shared_from_this<http_session> {
       stop_read_timer();
       return refuse(h);
     }
-    // A refused header counts here (a 415 under its own endpoint: check_header); a refused body
-    // (413, malformed chunks) under the endpoint it was sent to.
-    endpoint_ = "other";
     if (auto e = check_header(h)) {
       keep_alive_ = false;  // the body (if any) stays unread: this connection cannot go on
       stop_read_timer();
       return send_error(*e);
     }
-    if (const char* ep = json_endpoint(strip_query(h.target()))) endpoint_ = ep;
     if (parser_->is_done()) return on_read({});
     auto read_body = [self = shared_from_this()] {
       http::async_read(self->stream_, self->buffer_, *self->parser_,
@@ -229,6 +239,14 @@ class http_session : public std::enable_shared_from_this<http_session> {
     // first, without one (Beast's parser checks Content-Length against body_limit on the header).
     const auto expect = h[http::field::expect];
     if (version_ >= 11 && beast::iequals(beast::string_view(expect.data(), expect.size()), "100-continue")) {
+      if (refused_on_header(h)) {
+        // Refused on the header alone: the final status instead of the 100, so that the body
+        // is never sent (RFC 9110 10.1.1), and the connection closes (its body is unread).
+        stop_read_timer();
+        auto req = parser_->release();
+        req.keep_alive(false);
+        return handle(std::move(req));
+      }
       static constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
       return asio::async_write(stream_, asio::buffer(k_continue.data(), k_continue.size()),
                                [self = shared_from_this(), read_body](beast::error_code ec, size_t) {
@@ -237,6 +255,16 @@ class http_session : public std::enable_shared_from_this<http_session> {
                                });
     }
     read_body();
+  }
+
+  // Whether handle() will refuse the request whatever its body: an unknown path, a method the
+  // path does not take, or a JSON endpoint without a valid API key.
+  bool refused_on_header(const http::request_parser<http::string_body>::value_type& h) {
+    const std::string path = strip_query(h.target());
+    const char* allowed = allowed_methods(path);
+    if (!allowed) return true;
+    if (std::string_view(allowed) == "POST" && h.method() != http::verb::post) return true;
+    return json_endpoint(path) && !authorise(h);
   }
 
   // Framing, the Host and the Origin, before the body is read (net/request_guard.hpp).
@@ -287,7 +315,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (std::exchange(read_timed_out_, false) && ec) {
       // Nothing of a next request: an idle keep-alive or a silent connection just closes. A
       // request begun (part of its header, or its body unfinished) is told why (RFC 9110 15.5.9).
-      if (!refusal_.empty() || (!header_done_ && buffer_.size() == 0)) return close();
+      if (!refusal_.empty() || (!header_done_ && buffer_.size() == 0 && !parser_->got_some())) return close();
       keep_alive_ = false;
       return send_error(bad_status(408,
                                    std::string("the request did not arrive in full within ") +

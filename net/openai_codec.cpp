@@ -26,6 +26,9 @@ api_error from_pipeline_error(const actors::error_event& ev, std::string_view in
       // the history and try again.
       e.param = std::string(input_field);
       e.code = "context_length_exceeded";
+      // The message names the length cap as the client spelt it (max_completion_tokens).
+      if (const auto at = e.message.find("max_tokens"); at != std::string::npos && max_tokens_field != "max_tokens")
+        e.message.replace(at, std::strlen("max_tokens"), max_tokens_field);
     }
     if (c == errc::invalid_request) {
       std::string_view lead = std::string_view(e.message).substr(0, e.message.find(' '));
@@ -158,14 +161,14 @@ parsed_openai parse_openai_request(std::string_view body, bool chat) {
         for (auto kv : dom::object(*m)) {
           ++pairs;
           const std::string key(kv.key);
-          if (key.size() > 64) {
-            r.err = bad_request("'metadata' keys must be at most 64 characters (one has " + std::to_string(key.size()) + ")",
-                                "metadata");
+          if (const int64_t chars = utf8_chars(key); chars > 64) {  // characters, as OpenAI counts them
+            r.err = bad_request("'metadata' keys must be at most 64 characters (one has " + std::to_string(chars) + ")",
+                                "metadata." + key);
           } else if (!kv.value.is_string()) {
             reader sub{dom::object(*m), {}, "metadata."};
             sub.wrong(key, "a string", kv.value);
             r.err = sub.err;
-          } else if (std::string_view(kv.value).size() > 512) {
+          } else if (utf8_chars(std::string_view(kv.value)) > 512) {
             r.err = bad_request("'metadata." + key + "' must be at most 512 characters", "metadata." + key);
           }
           if (r.err) break;

@@ -166,6 +166,15 @@ def test_expect_100_continue_gets_its_100_before_the_body(server):
             b"Expect: 100-continue\r\nContent-Length: 50000000\r\n\r\n")
     with raw(server, head, timeout=10) as s:
         assert read_response(s)[0] == 413
+    # Refused on the header alone (an unknown path, a method the path does not take): the final
+    # status instead of the 100 (RFC 9110 10.1.1), so that the body is never sent.
+    for start, status in ((b"POST /v1/nope", 404), (b"PUT /v1/completions", 405)):
+        head = (start + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Expect: 100-continue\r\nContent-Length: 500000\r\n\r\n")
+        with raw(server, head, timeout=10) as s:
+            got, headers, _ = read_response(s)
+            assert got == status
+            assert headers.get("connection", "").lower() == "close"
 
 
 # ---- 7. half-closed clients -----------------------------------------------------------------------

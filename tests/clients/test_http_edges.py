@@ -130,6 +130,7 @@ def test_a_415_is_counted_under_its_endpoint(server):
 
 @pytest.mark.parametrize("stall", [
     b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n",  # headers never end
+    b"GET /health HTTP/1.1\r\n",  # a whole request line, then nothing
     b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     b"Content-Length: 100\r\n\r\n{\"prompt\":",  # body stops
     b"",  # connects and sends nothing

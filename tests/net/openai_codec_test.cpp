@@ -72,7 +72,13 @@ TEST(openai, metadata_is_held_to_openai_limits) {
   ASSERT_FALSE(seventeen.request);
   EXPECT_EQ(seventeen.error.param, "metadata");
   EXPECT_NE(seventeen.error.message.find("16"), std::string::npos) << seventeen.error.message;
-  EXPECT_EQ(chat_with(("\"metadata\":{\"" + std::string(65, 'k') + "\":\"v\"}").c_str()).error.param, "metadata");
+  EXPECT_EQ(chat_with(("\"metadata\":{\"" + std::string(65, 'k') + "\":\"v\"}").c_str()).error.param,
+            "metadata." + std::string(65, 'k'));
+  // Characters, not bytes: 64 two-byte characters in a key and 512 three-byte ones in a value pass.
+  std::string key, value;
+  for (int i = 0; i < 64; ++i) key += "\xC3\xA9";          // é
+  for (int i = 0; i < 512; ++i) value += "\xE6\x97\xA5";  // 日
+  EXPECT_TRUE(chat_with(("\"metadata\":{\"" + key + "\":\"" + value + "\"}").c_str()).request);
   EXPECT_EQ(chat_with(("\"metadata\":{\"k\":\"" + std::string(513, 'v') + "\"}").c_str()).error.param, "metadata.k");
 }
 
@@ -523,6 +529,10 @@ TEST(openai, error_json_shape_and_status_mapping) {
   EXPECT_EQ(too_long.status, 400);
   EXPECT_EQ(too_long.param, "messages");
   EXPECT_EQ(too_long.code, "context_length_exceeded");  // OpenAI's code, which clients match on
+  // The length cap named as the client spelt it.
+  const auto spelt = from_pipeline_error({0, actors::errc::context_length, "12 prompt tokens + max_tokens (5) exceed", 0},
+                                         "messages", "max_completion_tokens");
+  EXPECT_NE(spelt.message.find("max_completion_tokens (5)"), std::string::npos) << spelt.message;
   EXPECT_EQ(from_pipeline_error({0, actors::errc::overloaded, "m", 0}, "messages").param, "");
   EXPECT_EQ(from_pipeline_error({0, "loading", "m", 0}).status, 503);
   const auto j = error_json(e);
