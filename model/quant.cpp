@@ -262,17 +262,33 @@ void dequant_q6_k(const block_q6_k* b, float* y, int64_t nb) {
 
 // ---- quantization -----------------------------------------------------------------------
 
+// The element of largest magnitude, with its sign (the first of equals), as ggml's reference
+// quantizers pick it.
+float largest_magnitude(const float* x, int n) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
+
+void min_max(const float* x, int n, float& mn, float& mx) {
+  mn = FLT_MAX;
+  mx = -FLT_MAX;
+  for (int j = 0; j < n; ++j) {
+    mn = std::min(mn, x[j]);
+    mx = std::max(mx, x[j]);
+  }
+}
+
 // Same rule as ggml's quantize_row_q4_0_ref: the element of largest magnitude maps to -8
 // exactly, so the grid uses its full asymmetric range [-8, 7].
 void quant_q4_0(const float* x, block_q4_0* b, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += qk32) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < qk32; ++j) {
-      if (std::fabs(x[j]) > amax) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
+    const float max = largest_magnitude(x, qk32);
     const float d = max / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
@@ -286,11 +302,8 @@ void quant_q4_0(const float* x, block_q4_0* b, int64_t nb) {
 
 void quant_q4_1(const float* x, block_q4_1* b, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += qk32) {
-    float mn = FLT_MAX, mx = -FLT_MAX;
-    for (int j = 0; j < qk32; ++j) {
-      mn = std::min(mn, x[j]);
-      mx = std::max(mx, x[j]);
-    }
+    float mn, mx;
+    min_max(x, qk32, mn, mx);
     const float d = (mx - mn) / 15.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
@@ -306,13 +319,7 @@ void quant_q4_1(const float* x, block_q4_1* b, int64_t nb) {
 // Same rule as ggml's quantize_row_q5_0_ref: Q4_0's, on the grid [-16, 15].
 void quant_q5_0(const float* x, block_q5_0* b, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += qk32) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < qk32; ++j) {
-      if (std::fabs(x[j]) > amax) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
+    const float max = largest_magnitude(x, qk32);
     const float d = max / -16.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
@@ -331,11 +338,8 @@ void quant_q5_0(const float* x, block_q5_0* b, int64_t nb) {
 // Same rule as ggml's quantize_row_q5_1_ref: Q4_1's, on 32 levels.
 void quant_q5_1(const float* x, block_q5_1* b, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += qk32) {
-    float mn = FLT_MAX, mx = -FLT_MAX;
-    for (int j = 0; j < qk32; ++j) {
-      mn = std::min(mn, x[j]);
-      mx = std::max(mx, x[j]);
-    }
+    float mn, mx;
+    min_max(x, qk32, mn, mx);
     const float d = (mx - mn) / 31.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
@@ -427,14 +431,7 @@ void quantize_symmetric_super_block(const float* x, int q_neg, int scale_neg, sy
   float scales[16];
   float max_scale = 0.0f, amax_scale = 0.0f;
   for (int g = 0; g < 16; ++g) {
-    float amax = 0.0f, max = 0.0f;
-    for (int l = 0; l < 16; ++l) {
-      const float v = x[16 * g + l];
-      if (std::fabs(v) > amax) {
-        amax = std::fabs(v);
-        max = v;
-      }
-    }
+    const float max = largest_magnitude(x + 16 * g, 16);
     scales[g] = max / -static_cast<float>(q_neg);
     if (std::fabs(scales[g]) > amax_scale) {
       amax_scale = std::fabs(scales[g]);
