@@ -188,8 +188,24 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
   // ---- reading and routing ----------------------------------------------------------------
   void do_read() {
+    // RFC 9112 2.2: empty lines before a request line are ignored (some clients send a CRLF after
+    // a POST's body), where they have arrived with what came before.
+    while (buffer_.size() >= 2 && std::string_view(static_cast<const char*>(buffer_.data().data()), 2) == "\r\n")
+      buffer_.consume(2);
     if (peer_closed_ && buffer_.size() == 0) return close();  // nothing more can come
     endpoint_ = "other";  // until the header names one (on_header)
+    if (peer_closed_) {
+      // The client half-closed after part of a pipelined request: nothing more will come (and
+      // the socket's end was read once, so a read would only wait for the timeout). A header
+      // still unfinished is answered at once.
+      const auto held = beast::buffers_to_string(buffer_.data());
+      if (held.find("\r\n\r\n") == std::string::npos) {
+        keep_alive_ = false;
+        head_request_ = false;
+        return send_error(bad_status(400, "the client closed its side of the connection inside a request's header",
+                                     "bad_http"));
+      }
+    }
     parser_.emplace();
     parser_->body_limit(ctx_.opts.max_body_bytes);
     parser_->header_limit(16 * 1024);

@@ -194,6 +194,29 @@ def test_a_half_closed_client_gets_its_whole_answer(server, stream):
             assert json.loads(resp)["usage"]["completion_tokens"] == 24
 
 
+def test_a_half_close_inside_a_pipelined_request_is_answered_at_once(server):
+    # A whole request, part of a second one, then shutdown(SHUT_WR): nothing more can come, so
+    # the second is refused at once (400), not after the read timeout.
+    body = json.dumps({"prompt": "Hi", "max_tokens": 1}).encode()
+    whole = post_bytes("/v1/completions", body)
+    with raw(server, whole + whole[:40]) as s:
+        s.shutdown(socket.SHUT_WR)
+        t0 = time.monotonic()
+        assert read_response(s)[0] == 200
+        status, _, resp = read_response(s)
+        assert status == 400 and b"inside a request" in resp, resp
+        assert time.monotonic() - t0 < 4
+
+
+def test_an_empty_line_before_a_pipelined_request_is_ignored(server):
+    # RFC 9112 2.2: some clients send a CRLF after a POST's body.
+    body = json.dumps({"prompt": "Hi", "max_tokens": 1}).encode()
+    whole = post_bytes("/v1/completions", body)
+    with raw(server, whole + b"\r\n" + whole) as s:
+        assert read_response(s)[0] == 200
+        assert read_response(s)[0] == 200
+
+
 def test_a_client_that_leaves_during_a_long_prompt_is_cancelled(server):
     # A plain close (FIN) while a streamed request's long prompt is being computed, before any
     # token: a FIN alone may be a half-close, so the server writes (the stream's head, then SSE
