@@ -34,6 +34,7 @@
 #include "net/detail/conn_stream.hpp"
 #include "net/detail/server_context.hpp"
 #include "net/detail/unread_gate.hpp"
+#include "net/http_routes.hpp"
 #include "net/openai_codec.hpp"
 #include "net/tokenize_codec.hpp"
 
@@ -48,71 +49,8 @@ namespace {
 
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
-// The methods each endpoint answers, as a 405's Allow says them (HEAD is GET without the body);
-// null for a path that is no endpoint.
-const char* allowed_methods(std::string_view path) {
-  if (path == "/v1/ws") return "GET";
-  if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/embeddings" || path == "/tokenize" ||
-      path == "/detokenize" || path == "/admin/reload")
-    return "POST";
-  if (path == "/health" || path == "/metrics" || path == "/" || path == "/index.html" || path == "/v1/models" ||
-      path.rfind("/v1/models/", 0) == 0 || path == "/admin/config")
-    return "GET, HEAD";
-  return nullptr;
-}
-
-std::string strip_query(beast::string_view target) {
-  auto q = target.find('?');
-  return std::string(q == beast::string_view::npos ? target : target.substr(0, q));
-}
-
-// A path segment with its %XX escapes decoded (a malformed escape is kept as it is). By hand:
-// Beast does not decode targets and Boost.URL is not among the build's dependencies.
-std::string percent_decoded(std::string_view s) {
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
-      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
-// The endpoints whose body is JSON, by their name in the metrics (null for any other path): a page
-// of another site can post text/plain or a form to any server without asking first (no CORS
-// preflight), but not application/json; requiring it keeps such posts out.
-const char* json_endpoint(std::string_view path) {
-  if (path == "/v1/chat/completions") return "chat_completions";
-  if (path == "/v1/completions") return "completions";
-  if (path == "/v1/embeddings") return "embeddings";
-  if (path == "/tokenize") return "tokenize";
-  if (path == "/detokenize") return "detokenize";
-  return nullptr;
-}
-
-// The name a path's requests count under in the metrics (handle() sets the same), "other" for a
-// path that is no endpoint.
-const char* endpoint_of(std::string_view path) {
-  if (const char* ep = json_endpoint(path)) return ep;
-  if (path == "/v1/ws") return "ws";
-  if (path == "/health") return "health";
-  if (path == "/metrics") return "metrics";
-  if (path == "/admin/reload") return "admin_reload";
-  if (path == "/admin/config") return "admin_config";
-  if (path == "/" || path == "/index.html") return "page";
-  if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return "models";
-  return "other";
-}
+// A request target's path (net/http_routes.hpp takes std::string_view; Beast's may be Boost's).
+std::string path_of(beast::string_view target) { return strip_query(std::string_view(target.data(), target.size())); }
 
 // After an answer that closes the connection, the unread rest of the request (a body over the
 // limit, or one that was refused before it was read) is read and dropped, up to this many bytes
@@ -230,7 +168,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void on_header(beast::error_code ec) {
     // A refusal counts under the endpoint the request was sent to once its request line is read
     // (413 on Content-Length, 431, a malformed field, a refused Transfer-Encoding or Host).
-    if (!parser_->get().target().empty()) endpoint_ = endpoint_of(strip_query(parser_->get().target()));
+    if (!parser_->get().target().empty()) endpoint_ = endpoint_of(path_of(parser_->get().target()));
     if (ec) return on_read(ec);
     header_done_ = true;
     const auto& h = parser_->get();
@@ -276,7 +214,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   // Whether handle() will refuse the request whatever its body: an unknown path, a method the
   // path does not take, or a JSON endpoint without a valid API key.
   bool refused_on_header(const http::request_parser<http::string_body>::value_type& h) {
-    const std::string path = strip_query(h.target());
+    const std::string path = path_of(h.target());
     const char* allowed = allowed_methods(path);
     if (!allowed) return true;
     if (std::string_view(allowed) == "POST" && h.method() != http::verb::post) return true;
@@ -294,7 +232,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     const std::string_view origin_v(origin.data(), origin.size());
     if (auto e = ctx_.guard.check_origin(origin_v, host_v)) return e;
     cors_origin_ = std::string(origin_v);  // allowed (or none): answers carry CORS headers for it
-    const std::string path = strip_query(h.target());
+    const std::string path = path_of(h.target());
     if (h.method() == http::verb::post && json_endpoint(path)) {
       const auto ct = h[http::field::content_type];
       if (auto e = request_guard::check_json_content_type(std::string_view(ct.data(), ct.size()))) {
@@ -380,7 +318,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void handle(http::request<http::string_body>&& req) {
     keep_alive_ = req.keep_alive();
     version_ = req.version();
-    const std::string path = strip_query(req.target());
+    const std::string path = path_of(req.target());
     const auto method = req.method();
     // In flight until its answer is written: taken before the draining check, so a drain that
     // sees none in flight knows every later request sees it draining.
