@@ -467,7 +467,12 @@ parsed_embedding parse_embedding_request(std::string_view body) {
     for (dom::element x : a) {
       if (r.err) break;
       const std::string at = "input[" + std::to_string(i++) + "]";
-      if (x.is_number() || x.is_array()) {
+      const bool ids = x.is_number() || (x.is_array() && [&] {
+                         for (dom::element y : dom::array(x))
+                           if (!y.is_number()) return false;
+                         return true;
+                       }());
+      if (ids) {
         // The embedder reads text with its own vocabulary: token ids of another one mean nothing to it.
         r.err = bad_request("'input' as token ids is not supported: send the text (a string or an array of strings)",
                             "input");

@@ -708,6 +708,10 @@ TEST(openai, bad_embedding_requests_name_the_field) {
   EXPECT_EQ(param(R"({"input":[[1,2],[3]]})"), "input");
   EXPECT_EQ(param(R"({"input":["a",null]})"), "input[1]");
   EXPECT_EQ(param(R"({"input":["a",""]})"), "input[1]");
+  // A nested list of strings is not token ids: named as the wrong type it is.
+  const auto nested = parse_embedding_request(R"({"input":[["a"]]})");
+  EXPECT_EQ(nested.error.param, "input[0]");
+  EXPECT_NE(nested.error.message.find("must be a string"), std::string::npos) << nested.error.message;
   EXPECT_EQ(param(R"({"input":"a","encoding_format":"int8"})"), "encoding_format");
   EXPECT_EQ(param(R"({"input":"a","dimensions":0})"), "dimensions");
   EXPECT_EQ(param(R"({"input":"a","dimensions":"384"})"), "dimensions");
