@@ -229,12 +229,14 @@ status cuda_backend::impl::upload_matrices(const std::vector<const weight_view*>
 status cuda_backend::impl::load_weights() {
   const auto& p = hp();
   if (auto s = upload_matrices({&model->token_embd()}, tok_embd); !s) return s;
+  // Matrices of a type without kernels as the model's Q8_0 copies (llama_model.hpp).
+  if (auto s = model->prepare_matmul_weights(); !s) return s;
   if (!p.tied_output)
-    if (auto s = upload_matrices({&model->output()}, output); !s) return s;
+    if (auto s = upload_matrices({&model->matmul_output()}, output); !s) return s;
   if (auto s = upload_vec(model->output_norm(), p.n_embd, output_norm); !s) return s;
   layers.resize(static_cast<size_t>(p.n_layer));
   for (int il = 0; il < p.n_layer; ++il) {
-    const auto& L = model->layers()[static_cast<size_t>(il)];
+    const auto& L = model->matmul_layers()[static_cast<size_t>(il)];
     auto& D = layers[static_cast<size_t>(il)];
     status s;
     if (s = upload_vec(L.attn_norm, p.n_embd, D.attn_norm); !s) return s;

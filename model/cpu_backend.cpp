@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 
 #include "model/cpu_ops.hpp"
 #include "model/huge_pages.hpp"
@@ -47,7 +48,14 @@ result<std::unique_ptr<backend>> cpu_backend::create(std::shared_ptr<llama_model
     return make_error("kv memory budget of " + std::to_string(o.kv_bytes) + " bytes holds no block of " +
                       std::to_string(per_block) + " bytes");
   if (n_blocks > (int64_t{1} << 30)) return make_error("kv memory budget too large");
-  return std::unique_ptr<backend>(new cpu_backend(std::move(m), o, static_cast<int32_t>(n_blocks)));
+  try {
+    return std::unique_ptr<backend>(new cpu_backend(std::move(m), o, static_cast<int32_t>(n_blocks)));
+  } catch (const std::bad_alloc&) {
+    return make_error("cannot allocate the cpu backend's memory (K/V pool of " + std::to_string(n_blocks) +
+                      " blocks, packed or converted weights)");
+  } catch (const std::runtime_error& e) {
+    return make_error(e.what());
+  }
 }
 
 cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& o, int32_t n_blocks)
@@ -77,6 +85,13 @@ cpu_backend::cpu_backend(std::shared_ptr<llama_model> m, const backend_options& 
   if (const char* env = std::getenv("TROUPE_MATMUL_ORDER"))
     if (auto parsed = parse_matmul_order(env)) want = *parsed;
   if (want == matmul_order::fast) pack_matrices();
+  if (order_ != matmul_order::fast) {
+    // Rows read as they are stored: matrices of a type without kernels as the model's Q8_0
+    // copies (the fast order packed them from the file's bytes instead, and needs no copy).
+    if (auto st = model_->prepare_matmul_weights(); !st) throw std::runtime_error(st.error());
+    layers_ = model_->matmul_layers();
+    output_ = model_->matmul_output();
+  }
   k_by_column_ = kv_k_by_column(kv_type_, hp.head_dim, order_ == matmul_order::fast);
 }
 

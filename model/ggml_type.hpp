@@ -30,7 +30,8 @@ struct type_traits {
   size_t block_bytes;    // bytes per block
   bool supported;        // Troupe can load and compute with it
   // The matmul kernels compute with it directly. A supported type without them (Q5_0, Q5_1,
-  // Q2_K, Q3_K, Q5_K) is dequantizable only: llama_model converts such matrices to Q8_0 at load.
+  // Q2_K, Q3_K, Q5_K) is dequantizable only: such matrices are multiplied as Q8_0 (packed from them,
+  // or llama_model::prepare_matmul_weights' copies).
   bool matmul = false;
 };
 

@@ -173,27 +173,55 @@ result<std::shared_ptr<llama_model>> llama_model::load(std::shared_ptr<gguf_file
   }
   if (tl.failed()) return make_error(f.path() + ": " + tl.error());
 
-  // In the order a step reads them; the token embeddings stay as they are (a row is dequantized
-  // per token), but a tied output head of a type without kernels gets its own Q8_0 copy.
-  std::vector<weight_view*> ws;
-  for (auto& L : m->layers_)
-    for (weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) ws.push_back(w);
-  ws.push_back(&m->output_);
-  auto conv = convert_for_matmul(ws, f, m->tok_embd_.data);
-  if (!conv) return make_error(f.path() + ": " + conv.error());
-  if (conv->bytes > 0) {
-    std::fprintf(stderr, "troupe: %s\n", describe(conv.value()).c_str());
-    m->converted_ = conv->memory;
-    m->converted_bytes_ = conv->bytes;
-    m->converted_source_bytes_ = conv->source_bytes;
-  }
+  // Matrices of a type without kernels are converted to Q8_0 only when a backend that reads them
+  // row by row asks (prepare_matmul_weights): the fast order packs them from the file's bytes.
+  for (const weight_view* w : m->matrices(m->layers_, m->output_))
+    if (const auto* tr = traits_of(w->type); tr && !tr->matmul) {
+      m->q8_0_equivalent_bytes_ += static_cast<size_t>(w->n_out) * row_bytes(ggml_type::q8_0, w->n_in);
+      m->converted_source_bytes_ += static_cast<size_t>(w->n_out) * w->row_stride;
+    }
   return m;
 }
+
+std::vector<weight_view*> llama_model::matrices(std::vector<layer_weights>& layers, weight_view& output) {
+  // In the order a step reads them.
+  std::vector<weight_view*> ws;
+  for (auto& L : layers)
+    for (weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) ws.push_back(w);
+  ws.push_back(&output);
+  return ws;
+}
+
+status llama_model::prepare_matmul_weights() const {
+  std::call_once(convert_once_, [this] {
+    if (converted_source_bytes_ == 0) return;
+    conv_layers_ = layers_;
+    conv_output_ = output_;
+    // The token embeddings stay as they are (a row is dequantized per token), but a tied output
+    // head of a type without kernels gets its own Q8_0 copy.
+    auto conv = convert_for_matmul(matrices(conv_layers_, conv_output_), *file_, tok_embd_.data);
+    if (!conv) {
+      convert_error_ = file_->path() + ": " + conv.error();
+      return;
+    }
+    std::fprintf(stderr, "troupe: %s\n", describe(conv.value()).c_str());
+    converted_ = conv->memory;
+    converted_bytes_ = conv->bytes;
+  });
+  if (!convert_error_.empty()) return make_error(convert_error_);
+  return {};
+}
+
+const std::vector<layer_weights>& llama_model::matmul_layers() const {
+  return converted_ ? conv_layers_ : layers_;
+}
+
+const weight_view& llama_model::matmul_output() const { return converted_ ? conv_output_ : output_; }
 
 size_t llama_model::weight_bytes() const {
   size_t n = 0;
   for (const auto& t : file_->tensors()) n += t.bytes;
-  return n - converted_source_bytes_ + converted_bytes_;
+  return n - converted_source_bytes_ + q8_0_equivalent_bytes_;
 }
 
 }  // namespace troupe::model

@@ -1,9 +1,11 @@
 #pragma once
 // A Llama-family model loaded from GGUF: hyper-parameters from metadata and weight views into
-// the memory-mapped file (no copies of the weights), except for matrices of a type the matmul
-// kernels lack (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K), which are converted to Q8_0 copies the model owns
-// (model/weight_conversion.hpp).
+// the memory-mapped file (no copies of the weights). Matrices of a type the matmul kernels lack
+// (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K) are converted to Q8_0 copies the model owns when a backend that
+// reads rows as they are asks for them (prepare_matmul_weights, model/weight_conversion.hpp); the
+// fast order packs them straight from the file's bytes instead (model/matmul.hpp).
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -59,11 +61,19 @@ class llama_model {
   const weight_view& token_embd() const { return tok_embd_; }
   const weight_view& output() const { return output_; }
   const float* output_norm() const { return output_norm_; }
+  // The matrices as the file holds them (any supported type).
   const std::vector<layer_weights>& layers() const { return layers_; }
+  // Makes the views matmul_layers() / matmul_output() give: every matrix of a type without
+  // kernels converted to Q8_0 (once, for every backend; an error when the memory cannot be had).
+  // Nothing to do, and no memory taken, for a model without such matrices.
+  status prepare_matmul_weights() const;
+  // After prepare_matmul_weights(): the matrices in types the kernels multiply as stored.
+  const std::vector<layer_weights>& matmul_layers() const;
+  const weight_view& matmul_output() const;
   // The bytes of the weights as the model computes with them: the file's tensors, with each
-  // matrix converted to Q8_0 counted at its converted size.
+  // matrix of a type without kernels counted at its Q8_0 size (what a matmul reads).
   size_t weight_bytes() const;
-  // The memory the Q8_0 copies take (0 when no matrix needed converting).
+  // The memory the Q8_0 copies take (0 when none were made).
   size_t converted_bytes() const { return converted_bytes_; }
 
  private:
@@ -73,9 +83,16 @@ class llama_model {
   weight_view output_;
   const float* output_norm_ = nullptr;
   std::vector<layer_weights> layers_;
-  std::shared_ptr<uint8_t> converted_;  // the Q8_0 copies the views above may point into
-  size_t converted_bytes_ = 0;
-  size_t converted_source_bytes_ = 0;  // the file's bytes of the matrices converted
+  static std::vector<weight_view*> matrices(std::vector<layer_weights>& layers, weight_view& output);
+  size_t converted_source_bytes_ = 0;  // the file's bytes of the matrices without kernels
+  size_t q8_0_equivalent_bytes_ = 0;   // theirs as Q8_0
+  // prepare_matmul_weights' work, once.
+  mutable std::once_flag convert_once_;
+  mutable std::vector<layer_weights> conv_layers_;
+  mutable weight_view conv_output_;
+  mutable std::shared_ptr<uint8_t> converted_;  // the Q8_0 copies conv_* point into
+  mutable size_t converted_bytes_ = 0;
+  mutable std::string convert_error_;
 };
 
 }  // namespace troupe::model

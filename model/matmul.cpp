@@ -14,6 +14,7 @@
 #include "model/detail/quant_blocks.hpp"
 #include "model/matmul_amx.hpp"
 #include "model/quant.hpp"
+#include "model/weight_conversion.hpp"
 
 namespace troupe::model {
 
@@ -154,12 +155,37 @@ void q4_k_sub_block(const uint8_t* row, int64_t b, uint8_t (&qs)[16], float& d, 
   for (int l = 0; l < 16; ++l) qs[l] = static_cast<uint8_t>(q(l) | (q(l + 16) << 4));
 }
 
-size_t packed_group_bytes(const weight_view& w) {
-  return static_cast<size_t>(x16_block_bytes(w.type)) * static_cast<size_t>(w.n_in / qk32);
+// The type whose layout a matrix is packed in: its own, or Q8_0 for a type the kernels lack
+// (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K), whose rows are converted as they are packed (the conversion
+// model/weight_conversion.hpp makes, so the packed bytes equal those of the Q8_0 copy).
+ggml_type packed_type(ggml_type t) {
+  const auto* tr = traits_of(t);
+  return tr && tr->supported && !tr->matmul ? ggml_type::q8_0 : t;
 }
+
+size_t packed_group_bytes(const weight_view& w) {
+  return static_cast<size_t>(x16_block_bytes(packed_type(w.type))) * static_cast<size_t>(w.n_in / qk32);
+}
+
+void pack_group_as_is(const weight_view& w, int64_t g, uint8_t* dst);
 
 // Block b of rows [16g, 16g + 16) into the fast layout (see x16_layout); rows past n_out are zero.
 void pack_group(const weight_view& w, int64_t g, uint8_t* dst) {
+  if (packed_type(w.type) == w.type) return pack_group_as_is(w, g, dst);
+  // The group's rows converted to Q8_0 first, then packed as Q8_0 rows.
+  weight_view q8 = w;
+  q8.type = ggml_type::q8_0;
+  q8.row_stride = row_bytes(ggml_type::q8_0, w.n_in);
+  q8.n_out = std::min<int64_t>(x16_layout::rows, w.n_out - g * x16_layout::rows);
+  std::vector<uint8_t> rows(q8.row_stride * static_cast<size_t>(q8.n_out));
+  for (int64_t i = 0; i < q8.n_out; ++i)
+    convert_row_to_q8_0(w.type, static_cast<const uint8_t*>(w.data) + static_cast<size_t>(g * x16_layout::rows + i) * w.row_stride,
+                        rows.data() + static_cast<size_t>(i) * q8.row_stride, w.n_in);
+  q8.data = rows.data();
+  pack_group_as_is(q8, 0, dst);
+}
+
+void pack_group_as_is(const weight_view& w, int64_t g, uint8_t* dst) {
   const int64_t nb = w.n_in / qk32;
   const int bb = x16_block_bytes(w.type);
   const int qs_bytes = w.type == ggml_type::q8_0 ? 512 : 256;
@@ -331,11 +357,11 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     }
     if (w.packed && x16) {
       j.kw = kernel_weights{static_cast<const uint8_t*>(w.packed), packed_group_bytes(w), w.n_in};
-      j.qk = q8_kernel_for(*x16, w.type);
+      j.qk = q8_kernel_for(*x16, packed_type(w.type));
       if (n_tok >= k_amx_min_tokens && amx_usable()) {  // same results, tile multiplies (matmul_amx.hpp)
         j.kw = kernel_weights{j.kw.data + packed_group_bytes(w) * static_cast<size_t>((w.n_out + 15) / 16),
                               amx_group_bytes(w.n_in), w.n_in};
-        j.qk = q8_kernel_for(amx_kernels(), w.type);
+        j.qk = q8_kernel_for(amx_kernels(), packed_type(w.type));
       }
     }
     need_acts |= j.qk != nullptr;
@@ -461,7 +487,9 @@ bool detail::amx_usable() {
 
 size_t packed_bytes(const weight_view& w) {
   if (!detail::isa_supported(detail::isa_kind::avx512vnni) || detail::best_isa() != detail::isa_kind::avx512vnni) return 0;
-  if (detail::x16_block_bytes(w.type) == 0 || w.n_in % detail::qk32 != 0 || w.n_out <= 0 || !w.data) return 0;
+  if (detail::x16_block_bytes(detail::packed_type(w.type)) == 0 || w.n_in % detail::qk32 != 0 || w.n_out <= 0 ||
+      !w.data)
+    return 0;
   const auto groups = static_cast<size_t>((w.n_out + 15) / 16);
   // With AMX the tile layout follows the x16 one in the same allocation (see amx_usable).
   const size_t amx_bytes = detail::amx_usable() ? detail::amx_group_bytes(w.n_in) * groups : 0;
@@ -475,7 +503,7 @@ void pack_weights_into(const weight_view& w, uint8_t* mem) {
   for (int64_t g = 0; g < groups; ++g) detail::pack_group(w, g, mem + static_cast<size_t>(g) * group_bytes);
   if (!detail::amx_usable()) return;
   for (int64_t g = 0; g < groups; ++g)
-    detail::amx_pack_group(w.type, mem + static_cast<size_t>(g) * group_bytes, w.n_in,
+    detail::amx_pack_group(detail::packed_type(w.type), mem + static_cast<size_t>(g) * group_bytes, w.n_in,
                            mem + total + static_cast<size_t>(g) * detail::amx_group_bytes(w.n_in));
 }
 

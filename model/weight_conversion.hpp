@@ -1,7 +1,9 @@
 #pragma once
 // Matrices of a type the matmul kernels do not compute with (Q5_0, Q5_1, Q2_K, Q3_K, Q5_K:
-// type_traits::matmul is false) converted at load to Q8_0, which they do: each row dequantized
-// and quantized again with quantize_row. Q8_0 spends 8 bits per value on a grid that is at least
+// type_traits::matmul is false) converted to Q8_0, which they do: each row dequantized and
+// quantized again with quantize_row. The fast order's packing converts rows this way as it packs
+// them (model/matmul.cpp); backends that read rows as stored get whole Q8_0 copies
+// (llama_model::prepare_matmul_weights). Q8_0 spends 8 bits per value on a grid that is at least
 // 8 times finer than the original's 5-bit (or smaller) one, so the conversion adds an error far
 // below the type's own step (tests/model/weight_conversion_test.cpp measures it). The results are
 // deterministic and batch-invariant like every other type's, but not bit-identical to llama.cpp,

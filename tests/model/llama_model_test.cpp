@@ -2,6 +2,7 @@
 // Q8_0 copies at load, and a model of them computes what the same weights stored as Q8_0 do,
 // and close to what they compute as F32.
 #include "model/llama_model.hpp"
+#include "model/cpu_backend.hpp"
 
 #include <gtest/gtest.h>
 
@@ -103,18 +104,25 @@ const std::vector<int32_t> k_prompt = {260, 72, 101, 108, 108, 111, 32, 116, 104
 
 }  // namespace
 
-TEST(LlamaModel, MatricesWithoutKernelsBecomeQ8_0CopiesAtLoad) {
+TEST(LlamaModel, MatricesWithoutKernelsBecomeQ8_0CopiesWhenAsked) {
   auto file = mixed_model();
   auto m = llama_model::load(file);
   ASSERT_TRUE(m.ok()) << m.error();
   const auto& model = *m.value();
+  // Loading copies nothing: the matrices are the file's, in its types.
+  EXPECT_EQ(model.converted_bytes(), 0u);
+  EXPECT_EQ(model.layers()[0].wv.type, ggml_type::q3_k);
+  EXPECT_EQ(model.layers()[0].wv.data, file->tensor("blk.0.attn_v.weight")->data);
+  ASSERT_TRUE(model.prepare_matmul_weights().ok());
+  ASSERT_TRUE(model.prepare_matmul_weights().ok());  // once
   // The token embeddings stay in the file's type (a row is dequantized per token) ...
   EXPECT_EQ(model.token_embd().type, ggml_type::q5_k);
   EXPECT_EQ(model.token_embd().data, file->tensor("token_embd.weight")->data);
-  // ... and every matrix a matmul reads is Q8_0 in the model's own memory, the tied head too.
+  // ... and every matrix a matmul reads as stored is Q8_0 in the model's own memory, the tied
+  // head too.
   size_t expect_bytes = 0;
-  std::vector<const weight_view*> ws = {&model.output()};
-  for (const auto& L : model.layers())
+  std::vector<const weight_view*> ws = {&model.matmul_output()};
+  for (const auto& L : model.matmul_layers())
     for (const weight_view* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) ws.push_back(w);
   for (const weight_view* w : ws) {
     EXPECT_EQ(w->type, ggml_type::q8_0);
@@ -122,11 +130,11 @@ TEST(LlamaModel, MatricesWithoutKernelsBecomeQ8_0CopiesAtLoad) {
     expect_bytes += static_cast<size_t>(w->n_out) * w->row_stride;  // each a multiple of 64 here
   }
   EXPECT_EQ(model.converted_bytes(), expect_bytes);
-  EXPECT_NE(model.output().data, model.token_embd().data);
+  EXPECT_NE(model.matmul_output().data, model.token_embd().data);
   // Each converted row is the conversion of the file's row.
   const auto* v = file->tensor("blk.0.attn_v.weight");
   ASSERT_EQ(v->type, ggml_type::q3_k);
-  const auto& wv = model.layers()[0].wv;
+  const auto& wv = model.matmul_layers()[0].wv;
   std::vector<float> row(static_cast<size_t>(wv.n_in));
   std::vector<uint8_t> want(wv.row_stride);
   for (int64_t r = 0; r < wv.n_out; r += 17) {
@@ -148,6 +156,19 @@ TEST(LlamaModel, MatricesWithoutKernelsBecomeQ8_0CopiesAtLoad) {
   EXPECT_LT(model.weight_bytes(), 2 * file_bytes);
 }
 
+// The fast order packs such matrices straight from the file's bytes (each group's rows converted
+// as it is packed): no Q8_0 copy is made or kept, and the logits are those of the copy's
+// (ConvertedModelComputesAsTheSameWeightsStoredAsQ8_0).
+TEST(LlamaModel, TheFastOrderPacksWithoutACopy) {
+  auto m = llama_model::load(mixed_model());
+  ASSERT_TRUE(m.ok()) << m.error();
+  auto b = cpu(m.value(), matmul_order::fast);
+  if (dynamic_cast<const cpu_backend&>(*b).order() != matmul_order::fast) GTEST_SKIP() << "no fast kernels on this CPU: the copy is what it reads";
+  EXPECT_EQ(m.value()->converted_bytes(), 0u);
+  auto exact = cpu(m.value(), matmul_order::llama_cpp);  // reads rows as stored: now the copy exists
+  EXPECT_GT(m.value()->converted_bytes(), 0u);
+}
+
 TEST(LlamaModel, TypesWithKernelsAreNotCopied) {
   test::synthetic_options o;
   o.matrix_type = ggml_type::q4_k;
@@ -155,7 +176,9 @@ TEST(LlamaModel, TypesWithKernelsAreNotCopied) {
   auto file = test::make_synthetic_file(o);
   auto m = llama_model::load(file);
   ASSERT_TRUE(m.ok()) << m.error();
+  ASSERT_TRUE(m.value()->prepare_matmul_weights().ok());
   EXPECT_EQ(m.value()->converted_bytes(), 0u);
+  EXPECT_EQ(&m.value()->matmul_layers(), &m.value()->layers());
   EXPECT_EQ(m.value()->layers()[0].wq.type, ggml_type::q4_k);
   EXPECT_EQ(m.value()->layers()[0].wq.data, file->tensor("blk.0.attn_q.weight")->data);
   EXPECT_EQ(m.value()->output().data, file->tensor("token_embd.weight")->data);
