@@ -140,8 +140,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
       if (held.find("\r\n\r\n") == std::string::npos) {
         keep_alive_ = false;
         head_request_ = false;
-        return send_error(bad_status(400, "the client closed its side of the connection inside a request's header",
-                                     "bad_http"));
+        return send_error(half_closed_inside_request());
       }
     }
     parser_.emplace();
@@ -277,7 +276,13 @@ class http_session : public std::enable_shared_from_this<http_session> {
                                        " s (server.http_read_timeout_s)",
                                    "request_timeout"));
     }
-    if (ec == http::error::end_of_stream) return close();
+    if (ec == http::error::end_of_stream) {
+      if (buffer_.size() == 0) return close();  // between requests: the client is done
+      // Part of a request (a pipelined one the parser had not begun on), then the end.
+      keep_alive_ = false;
+      head_request_ = false;
+      return send_error(half_closed_inside_request());
+    }
     if (ec == http::error::body_limit) {
       keep_alive_ = false;
       api_error e = bad_status(413, "the body is larger than " + std::to_string(ctx_.opts.max_body_bytes) +
@@ -296,6 +301,10 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (ec) return close();
     handle(parser_->release());
+  }
+
+  static api_error half_closed_inside_request() {
+    return bad_status(400, "the client closed its side of the connection inside a request's header", "bad_http");
   }
 
   static api_error bad_status(int status, std::string message, std::string code) {
