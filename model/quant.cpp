@@ -316,6 +316,20 @@ void quant_q4_1(const float* x, block_q4_1* b, int64_t nb) {
   }
 }
 
+// 32 five-bit codes (code(j) for j < 32) as Q5_0 / Q5_1 store them: low nibbles of j and j + 16
+// in qs[j], the fifth bits in qh.
+template <class Code>
+void pack_5bit(Code code, uint8_t* qs, uint8_t (&qh_out)[4]) {
+  uint32_t qh = 0;
+  for (int j = 0; j < qk32 / 2; ++j) {
+    const int lo = code(j), hi = code(j + 16);
+    qs[j] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+    qh |= static_cast<uint32_t>((lo >> 4) & 1) << j;
+    qh |= static_cast<uint32_t>((hi >> 4) & 1) << (j + 16);
+  }
+  store_qh(qh, qh_out);
+}
+
 // Same rule as ggml's quantize_row_q5_0_ref: Q4_0's, on the grid [-16, 15].
 void quant_q5_0(const float* x, block_q5_0* b, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += qk32) {
@@ -323,15 +337,8 @@ void quant_q5_0(const float* x, block_q5_0* b, int64_t nb) {
     const float d = max / -16.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
-    uint32_t qh = 0;
-    for (int j = 0; j < qk32 / 2; ++j) {
-      const int lo = std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f)));
-      const int hi = std::min(31, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 16.5f)));
-      b[i].qs[j] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
-      qh |= static_cast<uint32_t>((lo >> 4) & 1) << j;
-      qh |= static_cast<uint32_t>((hi >> 4) & 1) << (j + 16);
-    }
-    store_qh(qh, b[i].qh);
+    pack_5bit([&](int j) { return std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f))); }, b[i].qs,
+              b[i].qh);
   }
 }
 
@@ -344,15 +351,7 @@ void quant_q5_1(const float* x, block_q5_1* b, int64_t nb) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
     b[i].m = fp32_to_fp16(mn);
-    uint32_t qh = 0;
-    for (int j = 0; j < qk32 / 2; ++j) {
-      const int lo = std::min(31, static_cast<int>((x[j] - mn) * id + 0.5f));
-      const int hi = std::min(31, static_cast<int>((x[j + 16] - mn) * id + 0.5f));
-      b[i].qs[j] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
-      qh |= static_cast<uint32_t>((lo >> 4) & 1) << j;
-      qh |= static_cast<uint32_t>((hi >> 4) & 1) << (j + 16);
-    }
-    store_qh(qh, b[i].qh);
+    pack_5bit([&](int j) { return std::min(31, static_cast<int>((x[j] - mn) * id + 0.5f)); }, b[i].qs, b[i].qh);
   }
 }
 

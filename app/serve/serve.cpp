@@ -246,13 +246,14 @@ class pipeline_inference : public net::inference {
     ready_ = true;
   }
 
+  actors::pipeline* current_pipeline() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pipeline_.get();
+  }
+
   // Blocking stats calls, kept off the I/O threads: a poller refreshes the gauges.
   void refresh_gauges() {
-    actors::pipeline* p = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      p = pipeline_.get();
-    }
+    actors::pipeline* p = current_pipeline();
     if (!p) return;
     auto st = p->get_scheduler_stats(std::chrono::seconds(2));
     if (!st) return;
@@ -314,11 +315,7 @@ class pipeline_inference : public net::inference {
   // The router's figures, refreshed more often than the rest in a cluster (see impl::poll):
   // /health's status says at once when no replica is left.
   void refresh_router() {
-    actors::pipeline* p = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      p = pipeline_.get();
-    }
+    actors::pipeline* p = current_pipeline();
     if (!p) return;
     auto rs = p->get_router_stats(std::chrono::seconds(2));
     if (!rs) return;
