@@ -6,13 +6,11 @@
 // program cannot link without vendoring their sources and toolchains. The design follows the
 // published ones (llama.cpp's grammar stacks, llguidance's token trie) without their code.
 //
-// How it works. The GBNF IR (code-point classes) is lowered to byte level: a class becomes the
-// alternatives of its UTF-8 byte sequences (one byte set per position), so a token may end in the
-// middle of a multi-byte character and the matcher needs no partial-code-point state: the stacks
-// sitting on a continuation byte are that state. A state is the set of stacks of grammar
-// positions whose top is a byte set (plus "the output may end here"); a byte keeps the stacks
-// whose top set holds it, each then advanced and expanded. Calls in tail position replace their
-// frame, so repetition (r ::= x r | ) does not grow the stacks and states repeat.
+// How it works. The grammar is matched at byte level (detail/compiled_constraint.hpp lowers it and
+// says why). A state is the set of stacks of grammar positions whose top is a byte set (plus "the
+// output may end here"); a byte keeps the stacks whose top set holds it, each then advanced and
+// expanded. Calls in tail position replace their frame, so repetition (r ::= x r | ) does not grow
+// the stacks and states repeat.
 //
 // A mask walks the vocabulary's byte trie in preorder with the state of each depth; a byte that
 // kills every stack skips the node's whole subtree. Transitions are memoized per walk (a state
@@ -33,16 +31,13 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <deque>
 #include <limits>
-#include <map>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
 
-#include "model/detail/tokenizer_utf8.hpp"
 #include "model/tokenizer.hpp"
+#include "structured/detail/compiled_constraint.hpp"
 #include "structured/gbnf.hpp"
 #include "structured/json_schema.hpp"
 #include "structured/regex.hpp"
@@ -127,227 +122,14 @@ token_vocabulary::~token_vocabulary() = default;
 int32_t token_vocabulary::n_vocab() const { return static_cast<int32_t>(d_->bytes.size()); }
 const std::string& token_vocabulary::bytes(int32_t token) const { return d_->bytes[static_cast<size_t>(token)]; }
 
-// ----------------------------------------------------------------------- byte-level grammar
-
-namespace {
-
-enum class sym_kind : uint8_t { bytes, ref, end };
-struct sym {
-  sym_kind kind;
-  uint32_t arg;  // bytes: index into sets; ref: rule
-};
-using byte_set = std::array<uint64_t, 4>;
-inline bool has_byte(const byte_set& s, uint8_t b) { return (s[b >> 6] >> (b & 63)) & 1; }
-inline void add_bytes(byte_set& s, uint8_t lo, uint8_t hi) {
-  for (unsigned b = lo; b <= hi; ++b) s[b >> 6] |= uint64_t{1} << (b & 63);
-}
-
-// A code-point range as UTF-8 byte-range sequences (each position a [lo, hi] byte range), valid
-// encodings only: surrogates left out, every sequence of one length with one range per byte.
-using byte_ranges = std::vector<std::pair<uint8_t, uint8_t>>;
-// The UTF-8 bytes of `cp` (model/detail/tokenizer_utf8.hpp spells them), into `out`.
-int utf8_encode(uint32_t cp, uint8_t* out) {
-  std::string b;
-  model::detail::append_utf8(b, cp);
-  std::copy(b.begin(), b.end(), out);
-  return static_cast<int>(b.size());
-}
-void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<byte_ranges>& out) {
-  if (lo > hi) return;
-  if (lo <= 0xDFFF && hi >= 0xD800) {
-    if (lo < 0xD800) utf8_sequences(lo, 0xD7FF, out);
-    if (hi > 0xDFFF) utf8_sequences(0xE000, hi, out);
-    return;
-  }
-  for (uint32_t limit : {0x7Fu, 0x7FFu, 0xFFFFu}) {
-    if (lo <= limit && hi > limit) {
-      utf8_sequences(lo, limit, out);
-      utf8_sequences(limit + 1, hi, out);
-      return;
-    }
-  }
-  if (hi < 0x80) {
-    out.push_back({{static_cast<uint8_t>(lo), static_cast<uint8_t>(hi)}});
-    return;
-  }
-  // Split until every byte position but the varying tail is shared and the tail covers full
-  // continuation ranges: then the byte ranges multiply exactly to the code-point range.
-  for (int i = 1; i < 4; ++i) {
-    const uint32_t m = (1u << (6 * i)) - 1;
-    if ((lo & ~m) != (hi & ~m)) {
-      if ((lo & m) != 0) {
-        utf8_sequences(lo, lo | m, out);
-        utf8_sequences((lo | m) + 1, hi, out);
-        return;
-      }
-      if ((hi & m) != m) {
-        utf8_sequences(lo, (hi & ~m) - 1, out);
-        utf8_sequences(hi & ~m, hi, out);
-        return;
-      }
-    }
-  }
-  uint8_t a[4], b[4];
-  const int n = utf8_encode(lo, a);
-  utf8_encode(hi, b);
-  byte_ranges r;
-  for (int k = 0; k < n; ++k) r.emplace_back(a[k], b[k]);
-  out.push_back(r);
-}
-
-}  // namespace
-
-class compiled_constraint {
- public:
-  std::shared_ptr<const token_vocabulary> vocab;
-  std::vector<sym> syms;
-  std::vector<byte_set> sets;
-  std::vector<std::vector<uint32_t>> alts;  // rule -> start positions of its alternatives
-  uint32_t root = 0;
-  // The fewest bytes from each position to the end of its alternative (calls at their rules'
-  // shortest), and each rule's shortest sentence: how far a state is from a complete output.
-  std::vector<int64_t> min_from;
-  std::vector<int64_t> min_rule;
-  int64_t max_rule_min = 0;  // the largest finite min_rule: the most one byte can add to the way out
-
-
-  // Two bounded caches (the oldest entries go first), shared by every sequence and thread:
-  // a state's whole key -> its mask, and a cut state's key -> the part of its walk that holds
-  // whatever lies beneath the cut.
-  struct cut_walk {
-    bool too_shallow = false;       // the cut decided too much of the vocabulary: cut deeper
-    std::vector<uint64_t> mask;     // tokens allowed whatever lies beneath the cut
-    std::vector<uint32_t> pending;  // trie nodes (preorder, ascending) whose subtrees, themselves
-                                    // included, the frames beneath the cut decide
-  };
-  template <typename V>
-  struct bounded_cache {
-    std::unordered_map<std::string, std::shared_ptr<const V>> items;
-    std::deque<std::string> order;
-    std::atomic<int64_t> hits{0}, misses{0};
-    std::shared_ptr<const V> find(const std::string& key) {
-      auto it = items.find(key);
-      if (it == items.end()) return nullptr;
-      ++hits;  // counted under a shared lock: a relaxed figure for benchmarks, not for logic
-      return it->second;
-    }
-    void put(const std::string& key, std::shared_ptr<const V> v, size_t max_items) {
-      ++misses;
-      if (!items.emplace(key, std::move(v)).second) return;
-      order.push_back(key);
-      while (items.size() > max_items) {
-        items.erase(order.front());
-        order.pop_front();
-      }
-    }
-  };
-  mutable std::shared_mutex mu;
-  mutable bounded_cache<std::vector<uint64_t>> masks;
-  mutable bounded_cache<cut_walk> cuts;
-  size_t max_masks = 1024;
-
-  uint32_t add_set(const byte_set& s) {
-    for (size_t i = 0; i < sets.size(); ++i)
-      if (sets[i] == s) return static_cast<uint32_t>(i);
-    sets.push_back(s);
-    return static_cast<uint32_t>(sets.size() - 1);
-  }
-
-  void lower(const gbnf_grammar& g) {
-    const size_t n = g.rules.size();
-    alts.resize(n);
-    std::map<std::vector<std::pair<uint32_t, uint32_t>>, uint32_t> class_rules;
-    // Pending alternatives of generated class rules are laid out after the grammar's own.
-    std::vector<std::pair<uint32_t, std::vector<std::vector<sym>>>> generated;
-    auto chars_symbol = [&](const std::vector<code_range>& ranges) -> sym {
-      std::vector<byte_ranges> seqs;
-      for (const auto& r : ranges) utf8_sequences(r.lo, r.hi, seqs);
-      byte_set single{};
-      bool has_single = false, has_multi = false;
-      for (const auto& s : seqs) {
-        if (s.size() == 1) {
-          add_bytes(single, s[0].first, s[0].second);
-          has_single = true;
-        } else {
-          has_multi = true;
-        }
-      }
-      if (!has_multi) return {sym_kind::bytes, add_set(single)};
-      std::vector<std::pair<uint32_t, uint32_t>> key;
-      for (const auto& r : ranges) key.emplace_back(r.lo, r.hi);
-      auto it = class_rules.find(key);
-      if (it != class_rules.end()) return {sym_kind::ref, it->second};
-      const auto rule = static_cast<uint32_t>(alts.size());
-      alts.emplace_back();
-      class_rules.emplace(key, rule);
-      std::vector<std::vector<sym>> rule_alts;
-      if (has_single) rule_alts.push_back({{sym_kind::bytes, add_set(single)}});
-      for (const auto& s : seqs) {
-        if (s.size() == 1) continue;
-        std::vector<sym> a;
-        for (const auto& br : s) {
-          byte_set bs{};
-          add_bytes(bs, br.first, br.second);
-          a.push_back({sym_kind::bytes, add_set(bs)});
-        }
-        rule_alts.push_back(a);
-      }
-      generated.emplace_back(rule, std::move(rule_alts));
-      return {sym_kind::ref, rule};
-    };
-    for (size_t r = 0; r < n; ++r) {
-      for (const auto& alt : g.rules[r].alts) {
-        alts[r].push_back(static_cast<uint32_t>(syms.size()));
-        for (const auto& s : alt) {
-          if (s.t == gbnf_symbol::type::rule) syms.push_back({sym_kind::ref, s.rule});
-          else syms.push_back(chars_symbol(s.ranges));
-        }
-        syms.push_back({sym_kind::end, 0});
-      }
-    }
-    for (auto& [rule, ga] : generated) {
-      for (auto& a : ga) {
-        alts[rule].push_back(static_cast<uint32_t>(syms.size()));
-        syms.insert(syms.end(), a.begin(), a.end());
-        syms.push_back({sym_kind::end, 0});
-      }
-    }
-    root = g.root;
-    shortest();
-  }
-
-  // Fixed point of the shortest lengths (the grammar has no rule that cannot finish: gbnf refuses
-  // those, so every length is finite).
-  void shortest() {
-    constexpr int64_t inf = int64_t{1} << 40;
-    min_rule.assign(alts.size(), inf);
-    min_from.assign(syms.size() + 1, 0);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t i = syms.size(); i-- > 0;) {
-        const sym& y = syms[i];
-        int64_t v = 0;
-        if (y.kind == sym_kind::bytes) v = std::min(inf, 1 + min_from[i + 1]);
-        else if (y.kind == sym_kind::ref) v = std::min(inf, min_rule[y.arg] + min_from[i + 1]);
-        min_from[i] = v;
-      }
-      for (size_t r = 0; r < alts.size(); ++r) {
-        int64_t best = inf;
-        for (uint32_t a : alts[r]) best = std::min(best, min_from[a]);
-        if (best < min_rule[r]) {
-          min_rule[r] = best;
-          changed = true;
-        }
-      }
-    }
-    for (int64_t m : min_rule)
-      if (m < inf) max_rule_min = std::max(max_rule_min, m);
-  }
-};
-
 // ------------------------------------------------------------------------------ the recognizer
 
 namespace {
+
+using detail::byte_set;
+using detail::has_byte;
+using detail::sym;
+using detail::sym_kind;
 
 using stack = std::vector<uint32_t>;
 
