@@ -1,6 +1,6 @@
 #pragma once
 // `troupe bench <name>`: benchmarks register under the bench command the same way top-level
-// commands do (one file each in bench/: engine_bench.cpp, serve_bench.cpp, cache_bench.cpp).
+// commands do (in bench/: engine_bench.cpp with its parts beside it, serve_bench.cpp, cache_bench.cpp).
 #include "app/command.hpp"
 
 namespace troupe::app {

@@ -16,10 +16,14 @@ troupe::app::register_command reg("info", "Show build and machine capabilities",
   return []() {
     std::printf("troupe %s\n", troupe::version());
     __builtin_cpu_init();
-    std::printf("cpu: avx2=%d fma=%d avx512f=%d avx512vnni=%d\n", __builtin_cpu_supports("avx2"),
-                __builtin_cpu_supports("fma"), __builtin_cpu_supports("avx512f"),
-                __builtin_cpu_supports("avx512vnni"));
-    std::printf("matmul: %s; %s\n", troupe::model::matmul_isa(), troupe::model::amx_path_line().c_str());
+    // __builtin_cpu_supports answers a feature's bit, not 1.
+    std::printf("cpu: avx2=%d fma=%d avx512f=%d avx512vnni=%d\n", __builtin_cpu_supports("avx2") != 0,
+                __builtin_cpu_supports("fma") != 0, __builtin_cpu_supports("avx512f") != 0,
+                __builtin_cpu_supports("avx512vnni") != 0);
+    const bool fast = troupe::model::fast_order_available();
+    std::printf("matmul: %s (fast order: %s); %s\n", troupe::model::matmul_isa(),
+                fast ? "available" : "not available, it needs AVX-512 VNNI; llama.cpp's order runs",
+                troupe::model::amx_path_line().c_str());
 #ifdef TROUPE_HAVE_CUDA
     auto d = troupe::gpu::query_devices();
     std::printf("cuda backend: built; %s\n", d.count ? d.summary.c_str() : d.summary.c_str());

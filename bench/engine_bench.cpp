@@ -1,17 +1,16 @@
 // `troupe bench engine`: prefill, single-sequence decode (also at a long context) and batched
 // decode throughput of the CPU backend, with llama.cpp's llama-bench and llama-batched-bench run
 // on the same file with the same thread count in the same run, and the ratios between them;
-// --json writes every figure the run prints into one document (bench/plot.py draws it).
+// --json writes every figure the run prints into one document (engine_json_bench.cpp; bench/plot.py
+// draws it).
 #include <CLI/CLI.hpp>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <memory>
@@ -22,10 +21,12 @@
 #include <vector>
 
 #include "app/bench_command.hpp"
-#include "bench/cpu_name.hpp"
+#include "bench/engine_bench.hpp"
+#include "bench/engine_json_bench.hpp"
 #include "bench/llama_runner.hpp"
 #include "bench/quality_bench.hpp"
 #include "bench/read_ceiling.hpp"
+#include "bench/step_breakdown_bench.hpp"
 #include "model/huge_pages.hpp"
 #include "model/batch_generator.hpp"
 #include "model/cpu_backend.hpp"
@@ -34,59 +35,18 @@
 #include "model/matmul_amx.hpp"
 #include "model/paged_attention.hpp"
 #include "common/result.hpp"
-#include "model/step_profile.hpp"
-#include "net/json_writer.hpp"
 
-namespace troupe::bench {
-
-namespace {
+namespace troupe::bench::engine {
 
 using namespace troupe::model;
 
-struct bench_options {
-  std::string model = default_model_path();
-  std::string llama_bin = ".cache/llama.cpp/build/bin";
-  int threads = 0;
-  int prefill_tokens = 512;
-  int decode_tokens = 128;
-  int batch_prompt = 128;
-  int batch_gen = 128;
-  std::vector<int> batches = {1, 4, 16, 64};
-  int repeats = 3;
-  int batch_repeats = 5;
-  // The long-context tests: a prompt of this many tokens prefilled, and decode_tokens decoded
-  // after a prompt of this many (0 skips both).
-  int long_tokens = 4096;
-  int block_size = backend_options{}.block_size;  // KV block size in tokens (the server's default)
-  bool skip_llama = false;
-  std::string json;  // where --json writes the run's figures (empty: nowhere)
-  // The quality table (quality_bench.hpp): windows of the eval text scored per path (0: none).
-  std::string eval_text = "tests/fixtures/eval/gpl-3.txt";
-  int eval_windows = 3;
-  int eval_ctx = 256;
-  std::string matmul = "both";
-  std::string kv = "both";  // f16, q8 or both (q8: one more run, in the fast order when it runs)
-  // How the decode tests sample (greedy by default, as llama.cpp's benches do); each request
-  // draws with its own seed.
-  sampling_params sampling;
-};
+namespace {
 
 // The sampling of the decode tests' request number i.
 sampling_params request_sampling(const bench_options& o, int i) {
   sampling_params s = o.sampling;
   s.seed = 7919 + static_cast<uint64_t>(i);
   return s;
-}
-
-std::string fixed2(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", x);
-  return buf;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 std::vector<int32_t> random_prompt(int n, int n_vocab, uint32_t seed) {
@@ -102,41 +62,6 @@ long peak_rss_kib() {
   getrusage(RUSAGE_SELF, &ru);
   return ru.ru_maxrss;
 }
-
-// Troupe's figures in one matmul order, on a backend built for it.
-struct troupe_figures {
-  matmul_order order = matmul_order::llama_cpp;
-  bool kv_q8 = false;
-  std::string name() const { return std::string(matmul_order_name(order)) + " order" + (kv_q8 ? ", q8 K/V" : ""); }
-  std::vector<double> pp, tg;
-  // Each decode run's figure as a percentage of the streaming-read ceiling measured just before
-  // and after it (the higher of the two): the host's bandwidth drifts over minutes, and a ratio of
-  // figures taken seconds apart is steadier than one of figures taken minutes apart.
-  std::vector<double> tg_ceiling_percent, tg_ceiling_gb_per_s;
-  std::vector<double> long_pp, long_tg;  // the long-context tests (empty when skipped)
-  std::vector<std::pair<int, double>> agg;  // batch size, aggregate decode tokens/s
-  std::vector<std::vector<double>> agg_rounds;  // per batch size (as agg), each round's figure
-  std::vector<std::pair<int, std::vector<double>>> to_b1;  // batch size, each round's ratio to batch 1
-  kv_usage peak;
-  // The last round's decode steps at every batch size, phase by phase, and their mean wall time
-  // (forward plus sampling and bookkeeping).
-  struct profiled_batch {
-    int batch = 0;
-    step_profile profile;
-    double step_seconds = 0;
-  };
-  std::vector<profiled_batch> profiles;
-  size_t kv_bytes_per_token = 0;
-  int32_t block_size = 0;
-  // How many bytes 2 MiB pages back (model/huge_pages.hpp): of the packed weights, and of the
-  // buffer the paired ceiling reads (0 of 0 where there is none).
-  size_t packed_bytes = 0, packed_huge_bytes = 0, read_bytes = 0, read_huge_bytes = 0;
-  double at(int b) const {
-    for (auto [bb, tps] : agg)
-      if (bb == b) return tps;
-    return 0.0;
-  }
-};
 
 // The first request's error among a run's outputs, if any (a figure measured over failed
 // requests means nothing).
@@ -273,113 +198,7 @@ result<troupe_figures> measure_troupe(backend& be, const bench_options& o, matmu
   return f;
 }
 
-// The mean number of positions a decode step attends to when a sequence of `prompt` tokens
-// generates `max_tokens`: the first comes from prefill, then a decode step at position p attends
-// to p + 1 positions, p from prompt to prompt + max_tokens - 2. The batched tests' sequences run
-// in lockstep (no stop token ends one early), so every step of theirs has this mean.
-double mean_decode_context(int prompt, int max_tokens) { return prompt + 1 + (max_tokens - 2) / 2.0; }
-
-// Short keys for step_profile's phases, in its order (for --json).
-constexpr std::array<const char*, step_profile::n_phases> phase_keys = {"qkv",  "attention", "wo",   "gate_up",
-                                                                         "down", "head",      "other"};
-constexpr bool all_named(const std::array<const char*, step_profile::n_phases>& a) {
-  for (const char* k : a)
-    if (!k) return false;
-  return true;
-}
-static_assert(all_named(phase_keys), "a step_profile phase without a key here");
-
-// One profiled batch size's decode step, in milliseconds, with what its attention reads.
-struct step_breakdown {
-  int batch = 0;
-  int64_t steps = 0;
-  double step_ms = 0;                               // mean wall time of a step
-  std::array<double, step_profile::n_phases> ms{};  // mean per phase
-  double outside_ms = 0;                            // sampling, batch setup: the step outside forward
-  double kv_bytes = 0;                              // K/V bytes attention reads in a step
-  double kv_gb_per_s() const {
-    return ms[step_profile::attention] > 0 ? kv_bytes / (ms[step_profile::attention] * 1e-3) / 1e9 : 0.0;
-  }
-};
-
-std::vector<step_breakdown> breakdowns(const troupe_figures& r, const bench_options& o) {
-  std::vector<step_breakdown> out;
-  for (const auto& pb : r.profiles) {
-    const auto& p = pb.profile;
-    if (p.steps == 0 || pb.step_seconds <= 0) continue;
-    step_breakdown b;
-    b.batch = pb.batch;
-    b.steps = p.steps;
-    b.step_ms = pb.step_seconds * 1e3;
-    const double per = 1e3 / static_cast<double>(p.steps);
-    for (size_t i = 0; i < b.ms.size(); ++i) b.ms[i] = p.seconds[i] * per;
-    b.outside_ms = b.step_ms - p.total() * per;
-    b.kv_bytes = static_cast<double>(pb.batch) * mean_decode_context(o.batch_prompt, o.batch_gen) *
-                 static_cast<double>(r.kv_bytes_per_token);
-    out.push_back(b);
-  }
-  return out;
-}
-
-// Each configuration's decode steps phase by phase at every batch size (cpu_backend's profile of
-// the last round), what attention's K/V reads reach against the streaming-read ceiling, and how
-// each phase grows from batch 16 to 64.
-void print_profiles(const troupe_figures& r, const bench_options& o, const read_ceiling& ceiling) {
-  const auto bs = breakdowns(r, o);
-  if (bs.empty()) return;
-  std::printf("\n%s: a decode step by phase, ms (%% of the step); the mean of the last round's steps at each batch size\n\n",
-              r.name().c_str());
-  std::string head = "| phase |", rule = "|---|";
-  for (const auto& b : bs) {
-    head += " B=" + std::to_string(b.batch) + " |";
-    rule += "---|";
-  }
-  std::printf("%s\n%s\n", head.c_str(), rule.c_str());
-  auto row = [&](const char* what, auto value) {
-    std::printf("| %s |", what);
-    for (const auto& b : bs) std::printf(" %.3f (%.1f%%) |", value(b), 100.0 * value(b) / b.step_ms);
-    std::printf("\n");
-  };
-  for (size_t i = 0; i < step_profile::n_phases; ++i)
-    row(step_profile::names[i], [i](const step_breakdown& b) { return b.ms[i]; });
-  row("sampling, batch setup (outside forward)", [](const step_breakdown& b) { return b.outside_ms; });
-  std::printf("| whole step |");
-  for (const auto& b : bs) std::printf(" %.3f |", b.step_ms);
-  std::printf("\n| per token (step / B) |");
-  for (const auto& b : bs) std::printf(" %.3f |", b.step_ms / b.batch);
-  std::printf("\n| steps profiled |");
-  for (const auto& b : bs) std::printf(" %lld |", static_cast<long long>(b.steps));
-  std::printf("\n\nattention's K/V reads (%zu bytes a position, a mean of %.0f positions per sequence):\n",
-              r.kv_bytes_per_token, mean_decode_context(o.batch_prompt, o.batch_gen));
-  for (const auto& b : bs) {
-    std::printf("  B=%d: %.1f MB a step in %.3f ms = %.1f GB/s", b.batch, b.kv_bytes / 1e6, b.ms[step_profile::attention],
-                b.kv_gb_per_s());
-    if (ceiling.gb_per_s > 0) std::printf(", %.0f%% of the %.1f GB/s streaming read", 100.0 * b.kv_gb_per_s() / ceiling.gb_per_s, ceiling.gb_per_s);
-    std::printf("\n");
-  }
-  const step_breakdown *b16 = nullptr, *b64 = nullptr;
-  for (const auto& b : bs) {
-    if (b.batch == 16) b16 = &b;
-    if (b.batch == 64) b64 = &b;
-  }
-  if (b16 && b64) {
-    std::printf("from batch 16 to 64 (4x the tokens a step) each phase's step time grows:");
-    for (size_t i = 0; i < step_profile::n_phases; ++i)
-      if (b16->ms[i] > 0) std::printf(" %s %.2fx;", phase_keys[i], b64->ms[i] / b16->ms[i]);
-    std::printf(" whole step %.2fx, so batch 64 makes %.2fx batch 16's tokens/s\n", b64->step_ms / b16->step_ms,
-                4.0 * b16->step_ms / b64->step_ms);
-  }
-}
-
-// The engine issue's floors, each configuration against them: prefill and single-sequence
-// decode >= 0.8x llama.cpp, aggregate decode at batch 16 >= 4x the same configuration's batch 1
-// (the median of the rounds' ratios) and >= 3x llama-batched-bench's figure.
-struct floor_check {
-  std::string what;  // "prefill vs llama.cpp", ...
-  bool measured = false;
-  double value = 0, floor = 0;
-  bool met() const { return measured && value >= floor; }
-};
+}  // namespace
 
 std::vector<floor_check> floors_of(const troupe_figures& r, const llama_figures& llama) {
   double llama_b16 = 0;
@@ -399,6 +218,8 @@ std::vector<floor_check> floors_of(const troupe_figures& r, const llama_figures&
   return out;
 }
 
+namespace {
+
 void print_floors(const std::vector<troupe_figures>& runs, const llama_figures& llama) {
   std::printf("\nfloors (prefill and decode >= 0.8x llama.cpp; batch 16 >= 4x its own batch 1 and >= 3x llama.cpp's "
               "batched figure):\n");
@@ -412,13 +233,6 @@ void print_floors(const std::vector<troupe_figures>& runs, const llama_figures& 
     std::printf("  %s: %s\n", r.name().c_str(), line.substr(2).c_str());
   }
 }
-
-// Where and when a run ran: the figures move with the machine and its neighbours' load.
-struct machine_state {
-  std::string cpu = cpu_name();
-  std::string started_at, finished_at;  // UTC, ISO 8601
-  std::array<double, 3> load_start{}, load_end{};  // 1, 5 and 15 minute load averages
-};
 
 std::string utc_now() {
   const std::time_t t = std::time(nullptr);
@@ -439,7 +253,8 @@ std::string load_text(const std::array<double, 3>& l) {
   return fixed2(l[0]) + " / " + fixed2(l[1]) + " / " + fixed2(l[2]);
 }
 
-// The K/V bytes one decode step of the long-context test reads (the mean over its steps).
+}  // namespace
+
 double long_kv_bytes(const troupe_figures& r, const bench_options& o) {
   return mean_decode_context(o.long_tokens, o.decode_tokens + 1) * static_cast<double>(r.kv_bytes_per_token);
 }
@@ -448,222 +263,7 @@ double long_ceiling_tps(const read_ceiling& c, const troupe_figures& r, const be
   return c.gb_per_s > 0 ? c.gb_per_s * 1e9 / (static_cast<double>(c.bytes) + long_kv_bytes(r, o)) : 0.0;
 }
 
-// --json: every figure the run prints, in one document. The layout is documented in --help
-// (engine_json_help) and read by bench/plot.py; a change to it that a reader must know of
-// bumps k_engine_json_version.
-constexpr int k_engine_json_version = 1;
-
-const char* engine_json_help =
-    "--json FILE writes the run's figures as one JSON object: schema \"troupe.bench.engine\", schema_version 1; "
-    "machine (cpu, logical_cpus, started_at, finished_at, load_average_start / _end: 1, 5, 15 min); model (id, path, "
-    "layers, embd, vocab, weight_bytes); threads; matmul_isa; amx (available, line: the AMX path or why not); options "
-    "(every test's size and count); ceiling (streaming read of the weights' bytes: bytes, gb_per_s, tokens_per_s); "
-    "configurations[] (name, matmul_order, kv; tests prefill, decode, long_prefill, long_decode: tokens, depth, runs "
-    "(tokens/s), median, llama_cpp, ratio, ceiling_percent for decodes (decode also ceiling_percent_paired_runs, ceiling_paired_gb_per_s: each run against a read just before and after it, and ceiling_percent_paired, their median); batched[]: batch, rounds, median, "
-    "ratio_to_batch1 and its rounds, llama_cpp, ratio, step (decode step phase by phase in ms: phases[] of key, label, "
-    "ms; outside_forward_ms, step_ms, steps, kv_bytes, kv_gb_per_s, kv_ceiling_percent); floors[]; kv_bytes_per_token, "
-    "block_size, peak_kv); llama_cpp (available, note, prefill, decode, long_prefill, long_decode: tokens_per_s, "
-    "stddev; batched[]: batch, tokens_per_s); quality (null with --eval-windows 0; text, n_ctx, windows, "
-    "tokens_scored, ppl_reference, paths[]: name, mean_kl, p99_kl, max_kl, top1_agreement, ppl, ppl_ratio; notes[]; "
-    "or error); peak_rss_mib. A figure not measured is null.";
-
-std::string engine_json(const bench_options& o, const loaded_model& lm, int threads, const machine_state& m,
-                        const read_ceiling& ceiling, const std::vector<troupe_figures>& runs, const llama_figures& llama,
-                        const quality_figures* quality, long rss_kib) {
-  const auto& hp = lm.weights->params();
-  troupe::net::json_writer w;
-  // A figure not measured (0) is null, not 0 tokens/s.
-  auto figure = [&w](std::string_view k, double v) {
-    w.key(k);
-    if (v > 0) w.value(v);
-    else w.null();
-  };
-  auto doubles = [&w](std::string_view k, const std::vector<double>& v) {
-    w.key(k).begin_array();
-    for (double x : v) w.value(x);
-    w.end_array();
-  };
-  auto loads = [&w](std::string_view k, const std::array<double, 3>& l) {
-    w.key(k).begin_array();
-    for (double x : l) {
-      if (x >= 0) w.value(x);
-      else w.null();
-    }
-    w.end_array();
-  };
-  auto llama_batched = [&llama](int b) {
-    for (auto [lb, lt] : llama.batched)
-      if (lb == b) return lt;
-    return 0.0;
-  };
-  w.begin_object();
-  w.field("schema", "troupe.bench.engine").field("schema_version", int64_t{k_engine_json_version});
-  w.key("machine").begin_object();
-  w.field("cpu", m.cpu).field("logical_cpus", int64_t{std::thread::hardware_concurrency()});
-  w.field("started_at", m.started_at).field("finished_at", m.finished_at);
-  loads("load_average_start", m.load_start);
-  loads("load_average_end", m.load_end);
-  w.end_object();
-  w.key("model").begin_object();
-  w.field("id", lm.id).field("path", o.model).field("layers", int64_t{hp.n_layer}).field("embd", int64_t{hp.n_embd});
-  w.field("vocab", int64_t{hp.n_vocab}).field("weight_bytes", static_cast<uint64_t>(lm.weights->weight_bytes()));
-  w.end_object();
-  w.field("threads", int64_t{threads}).field("matmul_isa", matmul_isa());
-  w.key("amx").begin_object();
-  w.field("available", amx_support().available).field("line", amx_path_line());
-  w.end_object();
-  w.key("options").begin_object();
-  w.field("prefill_tokens", int64_t{o.prefill_tokens}).field("decode_tokens", int64_t{o.decode_tokens});
-  w.field("long_tokens", int64_t{o.long_tokens}).field("batch_prompt", int64_t{o.batch_prompt});
-  w.field("batch_gen", int64_t{o.batch_gen}).field("repeats", int64_t{o.repeats});
-  w.field("batch_repeats", int64_t{o.batch_repeats}).field("block_size", int64_t{o.block_size});
-  w.key("batches").begin_array();
-  for (int b : o.batches) w.value(int64_t{b});
-  w.end_array();
-  w.field("temperature", static_cast<double>(o.sampling.temperature)).field("top_k", int64_t{o.sampling.top_k});
-  w.field("top_p", static_cast<double>(o.sampling.top_p));
-  w.end_object();
-  w.key("ceiling");
-  if (ceiling.bytes) {
-    w.begin_object();
-    w.field("bytes", static_cast<uint64_t>(ceiling.bytes)).field("threads", int64_t{ceiling.threads});
-    w.field("gb_per_s", ceiling.gb_per_s).field("tokens_per_s", ceiling.tokens_per_s());
-    w.end_object();
-  } else {
-    w.null();
-  }
-
-  w.key("configurations").begin_array();
-  for (const auto& r : runs) {
-    w.begin_object();
-    w.field("name", r.name()).field("matmul_order", matmul_order_name(r.order)).field("kv", r.kv_q8 ? "q8" : "f16");
-    // One single-sequence test: its runs, median, llama.cpp's figure and the ratio.
-    auto test = [&](const char* key, int tokens, int depth, const std::vector<double>& each, double reference,
-                    double ceiling_tps) {
-      w.key(key);
-      if (each.empty()) {
-        w.null();
-        return;
-      }
-      w.begin_object();
-      w.field("tokens", int64_t{tokens}).field("depth", int64_t{depth});
-      doubles("runs", each);
-      w.field("median", median(each));
-      figure("llama_cpp", reference);
-      figure("ratio", reference > 0 ? median(each) / reference : 0.0);
-      if (ceiling_tps >= 0) figure("ceiling_percent", ceiling_tps > 0 ? 100.0 * median(each) / ceiling_tps : 0.0);
-      if (&each == &r.tg && !r.tg_ceiling_percent.empty()) {
-        doubles("ceiling_percent_paired_runs", r.tg_ceiling_percent);
-        doubles("ceiling_paired_gb_per_s", r.tg_ceiling_gb_per_s);
-        figure("ceiling_percent_paired", median(r.tg_ceiling_percent));
-        w.field("packed_bytes", static_cast<uint64_t>(r.packed_bytes))
-            .field("packed_huge_page_bytes", static_cast<uint64_t>(r.packed_huge_bytes))
-            .field("paired_read_huge_page_bytes", static_cast<uint64_t>(r.read_huge_bytes));
-      }
-      w.end_object();
-    };
-    test("prefill", o.prefill_tokens, 0, r.pp, llama.pp.tps, -1);
-    test("decode", o.decode_tokens, 16, r.tg, llama.tg.tps, ceiling.tokens_per_s());
-    test("long_prefill", o.long_tokens, 0, r.long_pp, llama.long_pp.tps, -1);
-    test("long_decode", o.decode_tokens, o.long_tokens, r.long_tg, llama.long_tg.tps, long_ceiling_tps(ceiling, r, o));
-
-    const auto bs = breakdowns(r, o);
-    w.key("batched").begin_array();
-    for (size_t i = 0; i < r.agg.size(); ++i) {
-      const int b = r.agg[i].first;
-      w.begin_object();
-      w.field("batch", int64_t{b});
-      doubles("rounds", i < r.agg_rounds.size() ? r.agg_rounds[i] : std::vector<double>{});
-      w.field("median", r.agg[i].second);
-      const std::vector<double>* each = nullptr;
-      for (const auto& [bb, e] : r.to_b1)
-        if (bb == b) each = &e;
-      w.key("ratio_to_batch1");
-      if (each && !each->empty()) w.value(median(*each));
-      else w.null();
-      doubles("ratio_to_batch1_rounds", each ? *each : std::vector<double>{});
-      figure("llama_cpp", llama_batched(b));
-      figure("ratio", llama_batched(b) > 0 ? r.agg[i].second / llama_batched(b) : 0.0);
-      w.key("step");
-      const step_breakdown* sb = nullptr;
-      for (const auto& x : bs)
-        if (x.batch == b) sb = &x;
-      if (!sb) {
-        w.null();
-      } else {
-        w.begin_object();
-        w.field("steps", int64_t{sb->steps}).field("step_ms", sb->step_ms);
-        w.key("phases").begin_array();
-        for (size_t p = 0; p < step_profile::n_phases; ++p) {
-          w.begin_object();
-          w.field("key", phase_keys[p]).field("label", step_profile::names[p]).field("ms", sb->ms[p]);
-          w.end_object();
-        }
-        w.end_array();
-        w.field("outside_forward_ms", sb->outside_ms).field("kv_bytes", sb->kv_bytes);
-        figure("kv_gb_per_s", sb->kv_gb_per_s());
-        figure("kv_ceiling_percent", ceiling.gb_per_s > 0 ? 100.0 * sb->kv_gb_per_s() / ceiling.gb_per_s : 0.0);
-        w.end_object();
-      }
-      w.end_object();
-    }
-    w.end_array();
-    w.key("floors").begin_array();
-    for (const auto& c : floors_of(r, llama)) {
-      w.begin_object();
-      w.field("what", c.what).field("floor", c.floor);
-      w.key("value");
-      if (c.measured) w.value(c.value);
-      else w.null();
-      w.key("met");
-      if (c.measured) w.value(c.met());
-      else w.null();
-      w.end_object();
-    }
-    w.end_array();
-    w.field("kv_bytes_per_token", static_cast<uint64_t>(r.kv_bytes_per_token)).field("block_size", int64_t{r.block_size});
-    w.key("peak_kv").begin_object();
-    w.field("blocks_used", int64_t{r.peak.blocks_used}).field("blocks_total", int64_t{r.peak.blocks_total});
-    w.field("slots_wasted", static_cast<int64_t>(r.peak.slots_wasted));
-    w.end_object();
-    w.end_object();
-  }
-  w.end_array();
-
-  w.key("llama_cpp").begin_object();
-  const bool ran = !llama.batched.empty() || llama.pp.tps > 0 || llama.tg.tps > 0;
-  w.field("available", ran);
-  w.key("note");
-  if (llama.note.empty()) w.null();
-  else w.value(llama.note);
-  auto ltest = [&](const char* key, const llama_test& t) {
-    w.key(key);
-    if (t.tps <= 0) {
-      w.null();
-      return;
-    }
-    w.begin_object();
-    w.field("tokens_per_s", t.tps).field("stddev", t.sd);
-    w.end_object();
-  };
-  ltest("prefill", llama.pp);
-  ltest("decode", llama.tg);
-  ltest("long_prefill", llama.long_pp);
-  ltest("long_decode", llama.long_tg);
-  w.key("batched").begin_array();
-  for (auto [b, tps] : llama.batched) {
-    w.begin_object();
-    w.field("batch", int64_t{b}).field("tokens_per_s", tps);
-    w.end_object();
-  }
-  w.end_array();
-  w.end_object();
-  if (quality) write_quality(w, *quality);
-  else w.key("quality").null();
-  w.field("peak_rss_mib", static_cast<double>(rss_kib) / 1024.0);
-  w.end_object();
-  return w.take();
-}
+namespace {
 
 int run_bench_engine(const bench_options& o) {
   auto lm = loaded_model::load(o.model);
@@ -719,7 +319,7 @@ int run_bench_engine(const bench_options& o) {
     if (o.kv != "q8") configs.emplace_back(order, false);
   if (o.kv != "f16") {  // q8 K/V needs AVX-512 only: without the fast kernels, in llama.cpp's order
     const bool fast = std::find(orders.begin(), orders.end(), matmul_order::fast) != orders.end() &&
-                      std::string(matmul_isa()) == "avx512vnni";
+                      fast_order_available();
     configs.emplace_back(fast ? matmul_order::fast : matmul_order::llama_cpp, true);
   }
   // Open the --json file before the run (minutes): a path that cannot be written fails now.
@@ -770,6 +370,14 @@ int run_bench_engine(const bench_options& o) {
       return 1;
     }
     runs.push_back(std::move(figures.value()));
+  }
+  if (runs.empty()) {
+    // Tables of zeros would read as a measurement.
+    std::fprintf(stderr,
+                 "troupe bench engine: nothing to measure on this CPU (matmul path %s): --matmul %s --kv %s "
+                 "needs kernels it lacks; --matmul llama.cpp --kv f16 runs everywhere\n",
+                 matmul_isa(), o.matmul.c_str(), o.kv.c_str());
+    return 1;
   }
   const long rss = peak_rss_kib();
   llama_figures llama;
@@ -928,4 +536,4 @@ troupe::app::register_bench reg("engine", "Engine throughput (prefill, decode, l
 
 }  // namespace
 
-}  // namespace troupe::bench
+}  // namespace troupe::bench::engine

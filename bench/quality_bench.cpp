@@ -80,6 +80,12 @@ quality_figures measure_quality(const model::loaded_model& lm, const std::string
   q.ppl_reference = ppl.ppl();
   q.scored = ppl.count();
   for (const auto& p : paths) {
+    // A path this CPU cannot run is a note, not a failed table (the rows would be another path's).
+    if (p.order == model::matmul_order::fast && !model::fast_order_available()) {
+      q.notes.push_back(std::string("no row for ") + p.name + ": this CPU has no fast kernels (matmul path " +
+                        model::matmul_isa() + "; they need AVX-512 VNNI)");
+      continue;
+    }
     std::vector<model::eval_chunk> rows;
     if (auto st = run(p, rows); !st) {
       q.error = st.error();

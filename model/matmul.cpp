@@ -485,8 +485,12 @@ bool detail::amx_usable() {
   return usable;
 }
 
+bool fast_order_available() {
+  return detail::isa_supported(detail::isa_kind::avx512vnni) && detail::best_isa() == detail::isa_kind::avx512vnni;
+}
+
 size_t packed_bytes(const weight_view& w) {
-  if (!detail::isa_supported(detail::isa_kind::avx512vnni) || detail::best_isa() != detail::isa_kind::avx512vnni) return 0;
+  if (!fast_order_available()) return 0;
   if (detail::x16_block_bytes(detail::packed_type(w.type)) == 0 || w.n_in % detail::qk32 != 0 || w.n_out <= 0 ||
       !w.data)
     return 0;

@@ -97,4 +97,8 @@ void matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float
 // (read once, at the first matmul; for debugging and benchmarking the fallbacks).
 const char* matmul_isa();
 
+// Whether the fast order's kernels run on this CPU (they need AVX-512 VNNI, and matmul_isa()
+// must be that path). Without them a backend asked for the fast order keeps llama.cpp's.
+bool fast_order_available();
+
 }  // namespace troupe::model
