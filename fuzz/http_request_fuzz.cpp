@@ -1,9 +1,9 @@
 // Fuzzes the HTTP request path in memory: the bytes a client sends on a connection, parsed by
-// Beast's request parser with the limits net/http_session.cpp sets (16 KiB of headers, the
-// 1 MiB default body), request after request as a keep-alive connection reads them, and each
-// request routed and its body decoded by the same functions the session calls (the query
-// stripped from the target, `Authorization: Bearer`, the WebSocket upgrade check, the OpenAI,
-// embeddings and tokenize codecs).
+// Beast's request parser with the limits the session sets (net/detail/request_reading.hpp: 16 KiB
+// of headers, the 1 MiB default body), request after request as a keep-alive connection reads
+// them, and each request routed and its body decoded by the same functions the session calls
+// (the query stripped from the target, `Authorization: Bearer`, the WebSocket upgrade check, the
+// OpenAI, embeddings and tokenize codecs).
 //
 // Why not the session itself: http_session takes a connected tcp::socket and a running pipeline,
 // and a socket per input would make each run a few milliseconds and nondeterministic. The

@@ -67,7 +67,7 @@ std::optional<api_error> completion_assembly::begin(const openai_request& req, b
 completion_assembly::step completion_assembly::feed(size_t i, const actors::event& e) {
   step s;
   if (!accepts(i)) return s;
-  // Choices 1.. start once choice 0's first event is in (why: http_session.cpp, submit_choice).
+  // Choices 1.. start once choice 0's first event is in (why: http_session_completion.cpp, submit_choice).
   if (!others_submitted_ && i == 0 && !std::holds_alternative<actors::error_event>(e)) {
     others_submitted_ = true;
     s.submit_others = true;

@@ -44,7 +44,7 @@ class completion_assembly {
   // Choice `choice`'s next event (token events, then one done or error event).
   step feed(size_t choice, const actors::event& e);
   // A streamed completion's head and role chunks now, before its first token (the session
-  // probes a client that closed its side: http_session.cpp, probe_reader); nothing when not
+  // probes a client that closed its side: http_session_completion.cpp, probe_reader); nothing when not
   // streaming, already open or ended. From then on errors go out in the stream.
   step open_stream_now();
 

@@ -1,6 +1,6 @@
 #pragma once
 // The HTTP + WebSocket server (Boost.Beast), as a plain object: start() binds and runs the I/O
-// threads, stop() ends them. Beast stays inside server.cpp, http_session.cpp and ws_session.cpp;
+// threads, stop() ends them. Beast stays inside server.cpp, http_session*.cpp and ws_session.cpp;
 // this header has none of it, so CAF translation units (app/serve/serve.cpp) can hold a server
 // cheaply.
 #include <chrono>

@@ -2,15 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <charconv>
-#include <cstdlib>
-#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
+
+#include "net/detail/number_locator.hpp"
 
 namespace troupe::net::detail {
 
@@ -41,72 +39,6 @@ bool number_error(simdjson::error_code ec) {
 std::string describe_parse_error(simdjson::error_code ec) {
   if (number_error(ec)) return "a number in the body is malformed or out of range (integers must fit in 64 bits)";
   return std::string("the body is not valid JSON (") + simdjson::error_message(ec) + ")";
-}
-
-// Whether a JSON number's text is one simdjson reads: a double's range, and an integer (no
-// fraction, no exponent) within int64 or uint64.
-bool number_in_range(std::string_view t) {
-  const bool integer = t.find_first_of(".eE") == std::string_view::npos;
-  if (integer) {
-    if (t.front() == '-') {
-      int64_t v;
-      return std::from_chars(t.data(), t.data() + t.size(), v).ec == std::errc{};
-    }
-    uint64_t v;
-    return std::from_chars(t.data(), t.data() + t.size(), v).ec == std::errc{};
-  }
-  const std::string copy(t);
-  errno = 0;
-  const double v = std::strtod(copy.c_str(), nullptr);
-  return !(errno == ERANGE && std::isinf(v));  // underflow reads as 0, as simdjson reads it
-}
-
-// Where in an (otherwise well-formed) body the first number simdjson refused lies, as a field path
-// ("temperature", "messages[2].content"), or "" when none is found. By hand: simdjson's parse
-// error carries no location, and the client must be told which field to fix. Only called after a
-// number error, on at most the body limit's bytes.
-std::string locate_bad_number(std::string_view body) {
-  struct level {
-    bool object;
-    std::string key;  // object: the current member's key
-    size_t index = 0; // array: the current element
-  };
-  std::vector<level> stack;
-  auto path = [&] {
-    std::string p;
-    for (const auto& l : stack) {
-      if (l.object) p += (p.empty() ? "" : ".") + l.key;
-      else p += "[" + std::to_string(l.index) + "]";
-    }
-    return p;
-  };
-  bool expect_key = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (c == '"') {
-      size_t j = i + 1;
-      while (j < body.size() && body[j] != '"') j += body[j] == '\\' ? 2 : 1;
-      if (expect_key && !stack.empty()) stack.back().key = std::string(body.substr(i + 1, j - i - 1));
-      expect_key = false;
-      i = j;
-    } else if (c == '{') {
-      stack.push_back({true, {}});
-      expect_key = true;
-    } else if (c == '[') {
-      stack.push_back({false, {}});
-    } else if (c == '}' || c == ']') {
-      if (!stack.empty()) stack.pop_back();
-    } else if (c == ',') {
-      if (!stack.empty() && stack.back().object) expect_key = true;
-      else if (!stack.empty()) ++stack.back().index;
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-      size_t j = i + 1;
-      while (j < body.size() && std::strchr("0123456789.eE+-", body[j]) && body[j] != '\0') ++j;
-      if (!number_in_range(body.substr(i, j - i))) return path();
-      i = j - 1;
-    }
-  }
-  return {};
 }
 
 }  // namespace

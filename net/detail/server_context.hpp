@@ -1,6 +1,7 @@
 #pragma once
-// Shared by the Beast translation units (server.cpp, http_session.cpp, ws_session.cpp): what
-// every session needs, and how one session hands a connection to the next.
+// Shared by the Beast translation units (server.cpp, http_session.cpp,
+// http_session_completion.cpp, ws_session.cpp): what every session needs, and how one session
+// hands a connection to the next.
 #include <atomic>
 #include <ctime>
 #include <memory>

@@ -225,6 +225,23 @@ def test_an_empty_line_before_a_pipelined_request_is_ignored(server):
         assert statuses == [200, 200], data
 
 
+def test_an_answer_after_a_head_request_keeps_its_body(server):
+    # HEAD's answer has no body; a malformed request after it on the same connection must get
+    # its 400 with the body its Content-Length announces (it went out bodiless, desyncing the client).
+    head = b"HEAD /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    with raw(server, head + b"NOT A REQUEST LINE\r\n\r\n") as s:
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    first, rest = data.split(b"\r\n\r\n", 1)
+    assert first.startswith(b"HTTP/1.1 200 "), data
+    assert rest.startswith(b"HTTP/1.1 400 "), data  # nothing between: the HEAD answer had no body
+    head2, body = rest.split(b"\r\n\r\n", 1)
+    length = int(re.search(rb"(?i)content-length: (\d+)", head2).group(1))
+    assert length > 0 and len(body) == length, data
+    assert b"error" in body, body
+
+
 def test_a_client_that_leaves_during_a_long_prompt_is_cancelled(server):
     # A plain close (FIN) while a streamed request's long prompt is being computed, before any
     # token: a FIN alone may be a half-close, so the server writes (the stream's head, then SSE
