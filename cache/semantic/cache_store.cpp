@@ -60,11 +60,12 @@ result<std::unique_ptr<cache_store>> cache_store::open(const store_options& o) {
   ro.avoid_flush_during_shutdown = true;
   // Point-in-time recovery: after a crash, everything up to the last complete log record.
   ro.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
-  // RocksDB creates the last folder only; the default path ("data/semantic-cache") has two.
-  // A failure here is left to DB::Open to report.
+  // The whole path is made here, not by RocksDB: it creates the last folder only (the default
+  // path, "data/semantic-cache", has two), and before creating it, it lists it and logs the
+  // NotFound as an error, an alarming line on every first start. A failure here (a file in the
+  // way, no permission) is left to DB::Open to report.
   std::error_code ec;
-  if (const auto parent = std::filesystem::path(o.path).parent_path(); !parent.empty())
-    std::filesystem::create_directories(parent, ec);
+  std::filesystem::create_directories(o.path, ec);
   rocksdb::DB* db = nullptr;
   auto st = rocksdb::DB::Open(ro, o.path, &db);
   if (!st.ok()) return make_error("cannot open the cache store at " + o.path + ": " + st.ToString());

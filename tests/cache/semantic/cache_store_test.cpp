@@ -14,6 +14,8 @@
 #include <thread>
 
 #include <rocksdb/db.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "tests/support/temp_dir.hpp"
 
@@ -106,6 +108,23 @@ TEST(CacheStore, CreatesMissingParentFolders) {
   troupe::test::temp_dir dir("store-parents");
   auto s = cache_store::open({dir.str("data/semantic-cache")});
   ASSERT_TRUE(s.ok()) << s.error();
+}
+
+// A cache.path that does not exist yet is the normal first start: RocksDB, left to create the
+// folder, logged "Error when reading ... dir NotFound" at error level (adv6 F9).
+TEST(CacheStore, FirstOpenOfAMissingFolderLogsNothing) {
+  troupe::test::temp_dir dir("store-quiet");
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  sink->set_level(spdlog::level::warn);
+  auto before = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", sink));
+  {
+    auto s = cache_store::open({dir.str("data/fresh-cache")});
+    EXPECT_TRUE(s.ok()) << s.error();
+  }
+  spdlog::set_default_logger(before);
+  const auto lines = sink->last_formatted();
+  EXPECT_TRUE(lines.empty()) << lines.front();
 }
 
 TEST(CacheStore, UndecodableRecordsAreDroppedAndNamed) {
