@@ -59,6 +59,19 @@ admission_decision admission_state::reject(const std::string& code, std::string 
   return d;
 }
 
+// The scheduler refuses a method it cannot make a proposer for (scheduler_state::enqueue), but a
+// request the response cache answers never reaches it: the same request would be 200 on a hit
+// and 400 on a miss. So the name, and a draft model for "draft", are checked here too, in the
+// scheduler's words; loading the draft model stays the scheduler's.
+status admission_state::check_speculative(const std::string& method) const {
+  if (method.empty() || method == "off") return {};
+  if (auto f = proposer_registry().find(method); !f) return make_error("speculative: " + f.error() + "; or \"off\"");
+  if (method == "draft" && cfg_.speculative && cfg_.speculative->draft_model.empty())
+    return make_error("speculative: speculative.draft_model is not set (the draft method needs a GGUF model with the "
+                      "model's vocabulary); or \"off\"");
+  return {};
+}
+
 admission_decision admission_state::admit(const request_spec& spec, int64_t now_us) {
   if (!spec.model.empty() && spec.model != cfg_.model_name)
     return reject(errc::unknown_model,
@@ -73,9 +86,11 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
                                               std::to_string(cfg_.max_tokens_cap));
   if (spec.deadline_ms < 0) return reject(errc::invalid_request, "deadline_ms must be >= 0");
   if (static_cast<int32_t>(spec.stop.size()) > cfg_.max_stop_strings)
-    return reject(errc::invalid_request, "at most " + std::to_string(cfg_.max_stop_strings) + " stop strings");
+    return reject(errc::invalid_request, "'stop' has more than " + std::to_string(cfg_.max_stop_strings) +
+                                             " strings (admission.max_stop_strings)");
   for (const auto& s : spec.stop)
-    if (s.empty()) return reject(errc::invalid_request, "stop strings must not be empty");
+    if (s.empty()) return reject(errc::invalid_request, "'stop' strings must not be empty");
+  if (auto s = check_speculative(spec.speculative); !s) return reject(errc::invalid_request, s.error());
 
   // Tools and structured outputs: the conversation the template renders, and the constraint the
   // sampler keeps to (compiled here, so that a bad schema or grammar is refused by name now).

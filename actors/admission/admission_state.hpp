@@ -67,6 +67,7 @@ class admission_state {
   };
   admission_decision reject(const std::string& code, std::string message, int64_t retry_after_ms = 0);
   admission_decision refuse(admission_verdict verdict);
+  status check_speculative(const std::string& method) const;
 
   admission_config cfg_;
   std::shared_ptr<const text_codec> codec_;

@@ -18,10 +18,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <caf/meta/type_name.hpp>
 
+#include "actors/scheduler/speculative/proposer.hpp"
 #include "common/named_registry.hpp"
 #include "common/options.hpp"
 #include "common/result.hpp"
@@ -44,13 +46,17 @@ struct admission_config {
   int32_t default_max_tokens = 256;    // when a request does not say (cut to fit the context)
   int32_t max_pending = 256;           // admitted requests not finished yet (queued or running)
   int32_t max_pending_per_tenant = 0;  // of those, one tenant's at most (0: no limit of its own)
-  int32_t max_stop_strings = 8;
+  int32_t max_stop_strings = 4;        // as OpenAI allows; the request parser refuses more
   int32_t max_prompt_tokens = 0;       // not enforced yet (the model's context is); 0: the model's context
   int64_t default_deadline_ms = 0;     // when a request does not say; 0: none
   std::string policy = "token_bucket"; // a name in admission_policy_registry()
   option_map policy_options;           // that policy's options (token_bucket has none)
   tenant_limits default_tenant;        // for tenants not listed below (token_bucket)
   std::map<std::string, tenant_limits> tenants;
+  // The scheduler's [speculative] section, for checking a request's `speculative` method here,
+  // before the response cache can answer it (a request must not be valid only on a cache hit).
+  // Set by the pipeline; unset, only the method's name is checked.
+  std::optional<speculative_config> speculative;
 };
 
 // A valid request, as its policy sees it.

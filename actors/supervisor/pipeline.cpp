@@ -96,6 +96,9 @@ admission_config admission_cfg(const supervisor_state& st) {
   a.model_name = st.cfg.model_name;
   a.n_ctx = st.info.n_ctx;
   a.n_vocab = st.info.n_vocab;
+  // Admission refuses a request's unknown or unavailable `speculative` method before the
+  // response cache can answer it (a hit must be refused as a miss is).
+  a.speculative = st.cfg.scheduler.speculative;
   return a;
 }
 
@@ -475,7 +478,12 @@ caf::behavior supervisor_fn(self_ptr self, pipeline_config cfg, backend_maker ma
           stages.push_back([self, next](std::vector<std::string> d, stage_done k) {
             swap_scheduler(self, next, std::move(d), std::move(k));
           });
-        if (named("admission"))
+        // Admission holds a copy of the [speculative] section (admission_cfg): a reload that
+        // changes which methods can run replaces it too, after the scheduler.
+        const auto& spec_now = s.cfg.scheduler.speculative;
+        const bool spec_changed = named("scheduler") && (next.scheduler.speculative.method != spec_now.method ||
+                                                         next.scheduler.speculative.draft_model != spec_now.draft_model);
+        if (named("admission") || spec_changed)
           stages.push_back([self, next](std::vector<std::string> d, stage_done k) {
             swap_admission(self, next, std::move(d), std::move(k));
           });

@@ -97,6 +97,53 @@ def test_cache_false_bypasses_the_cache_over_http(server, client):
     assert (lookups - lookups0, hits - hits0) == (2, 1), "cache: false must neither look up nor hit"
 
 
+def test_a_bad_speculative_method_is_refused_on_a_cache_hit_as_on_a_miss(server):
+    """adv6 F7: validity must not depend on the cache; admission checks the method before it."""
+    body = {"model": MODEL_NAME, "prompt": f"Name a color, {secrets.token_hex(3)}.", "max_tokens": 4, "temperature": 0}
+    assert post(server, "/v1/completions", body)[0] == 200  # stored
+    miss = post(server, "/v1/completions", {**body, "speculative": "bogus", "cache": False})
+    hit = post(server, "/v1/completions", {**body, "speculative": "bogus"})
+    assert miss[0] == hit[0] == 400, (miss, hit)
+    assert miss[1]["error"]["param"] == hit[1]["error"]["param"] == "speculative"
+    assert miss[1]["error"]["message"] == hit[1]["error"]["message"]
+    assert "unknown speculative method 'bogus'" in hit[1]["error"]["message"]
+
+    async def ws_ask(rid, **extra):
+        async with connect(server.ws_url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+            await ws.send(json.dumps({"type": "generate", "id": rid, "temperature": 0, "max_tokens": 4,
+                                      "prompt": body["prompt"], **extra}))
+            return (await read_until_end(ws, rid))[1]
+
+    async def ws_body():
+        rid = secrets.token_hex(6)
+        assert (await ws_ask(rid + "-ok"))["cached"] is True
+        for i, extra in enumerate([{"cache": False}, {}]):
+            f = await ws_ask(f"{rid}-{i}", speculative="bogus", **extra)
+            assert (f["type"], f["code"], f["param"]) == ("error", "invalid_request", "speculative"), f
+
+    asyncio.run(asyncio.wait_for(ws_body(), 3 * FRAME_TIMEOUT_S))
+
+
+def test_a_negated_question_is_not_answered_from_the_cache(server):
+    """adv6 F1: the semantic cache served "... not red" the answer stored for "... red"."""
+    async def ask(rid, question):
+        async with connect(server.ws_url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+            await ws.send(json.dumps({"type": "generate", "id": rid, "temperature": 0, "max_tokens": 6,
+                                      "messages": [{"role": "user", "content": question}]}))
+            _, done = await read_until_end(ws, rid)
+            assert done["type"] == "done", done
+            return done["cached"]
+
+    async def body():
+        rid = secrets.token_hex(6)
+        a, b = "Name a fruit that is red", "Name a fruit that is not red"  # the server's cache starts empty
+        assert [await ask(rid + "-a0", a), await ask(rid + "-a1", a)] == [False, True]
+        assert await ask(rid + "-b", b) is False
+        assert await ask(rid + "-b1", b) is True  # stored under its own question
+
+    asyncio.run(asyncio.wait_for(body(), 4 * FRAME_TIMEOUT_S))
+
+
 def test_cache_must_be_a_boolean(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=2,

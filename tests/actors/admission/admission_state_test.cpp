@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "net/openai_codec.hpp"
+
 using namespace troupe;
 using namespace troupe::actors;
 
@@ -66,6 +68,41 @@ TEST(admission_state, validation_errors_name_the_problem) {
   s.stop = {""};
   EXPECT_EQ(a.admit(s, 0).error.code, errc::invalid_request);
   EXPECT_EQ(a.stats().admitted, 0);
+}
+
+// adv6 F7: a method the scheduler would refuse is refused here, before the response cache could
+// answer the request; the scheduler's own words, so a hit and a miss read alike.
+TEST(admission_state, speculative_method_is_checked_before_the_cache) {
+  auto c = acfg();
+  c.max_pending = 16;
+  c.speculative = speculative_config{};  // no draft model
+  admission_state a(c, make_byte_codec());
+  auto s = spec("x");
+  s.speculative = "bogus";
+  auto d = a.admit(s, 0);
+  ASSERT_FALSE(d.ok);
+  EXPECT_EQ(d.error.code, errc::invalid_request);
+  EXPECT_EQ(d.error.message.rfind("speculative: unknown speculative method 'bogus' (known: ", 0), 0u) << d.error.message;
+  EXPECT_NE(d.error.message.find("ngram"), std::string::npos) << d.error.message;
+  s.speculative = "draft";
+  d = a.admit(s, 0);
+  ASSERT_FALSE(d.ok);
+  EXPECT_EQ(d.error.message.rfind("speculative: speculative.draft_model is not set", 0), 0u) << d.error.message;
+  for (const char* ok : {"", "off", "ngram", "suffix"}) {
+    s.speculative = ok;
+    EXPECT_TRUE(a.admit(s, 0).ok) << ok;
+  }
+  EXPECT_EQ(a.stats().rejected, 2);
+
+  c.speculative->draft_model = "draft.gguf";  // loading it is the scheduler's, on a miss
+  admission_state with_draft(c, make_byte_codec());
+  s.speculative = "draft";
+  EXPECT_TRUE(with_draft.admit(s, 0).ok);
+  c.speculative.reset();  // the pipeline gave no [speculative] section: the name alone is checked
+  admission_state name_only(c, make_byte_codec());
+  EXPECT_TRUE(name_only.admit(s, 0).ok);
+  s.speculative = "bogus";
+  EXPECT_FALSE(name_only.admit(s, 0).ok);
 }
 
 TEST(admission_state, default_max_tokens_shrinks_to_fit_the_context) {
@@ -166,4 +203,21 @@ TEST(admission_state, one_tenants_requests_in_progress_are_capped) {
   EXPECT_TRUE(a.admit(spec_for("b"), 4).ok);
   a.on_closed(second.request.id, 5);
   EXPECT_TRUE(a.admit(spec_for("a"), 6).ok) << "a slot of its own again once one ends";
+}
+
+// The HTTP layer names the refused field from the message's first word: these must name `stop`.
+TEST(admission_state, stop_string_refusals_name_the_stop_field) {
+  auto c = acfg();
+  c.max_stop_strings = 2;
+  admission_state a(c, make_byte_codec());
+  auto s = spec("x");
+  s.stop = {"a", "b", "c"};
+  auto d = a.admit(s, 0);
+  EXPECT_EQ(d.error.code, errc::invalid_request);
+  EXPECT_EQ(d.error.message, "'stop' has more than 2 strings (admission.max_stop_strings)");
+  EXPECT_EQ(net::from_pipeline_error(d.error).param, "stop");
+  s.stop = {"a", ""};
+  d = a.admit(s, 0);
+  EXPECT_EQ(d.error.message, "'stop' strings must not be empty");
+  EXPECT_EQ(net::from_pipeline_error(d.error).param, "stop");
 }
