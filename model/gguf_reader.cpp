@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace troupe::model {
 
@@ -46,6 +47,15 @@ class cursor {
   size_t n_;
   size_t pos_ = 0;
 };
+
+std::string file_kind(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a named pipe";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  return "not a file";
+}
 
 const char* value_type_name(gguf_value_type t) {
   static const char* names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",
@@ -151,12 +161,19 @@ void gguf_file::release_pages(const void* p, size_t n) const {
 }
 
 result<std::shared_ptr<gguf_file>> gguf_file::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a blocking open of a FIFO waits for a writer forever, before fstat could refuse it.
+  // It changes nothing for the mmap of a regular file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return make_error("cannot open model file '" + path + "': " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
     ::close(fd);
-    return make_error("'" + path + "' is not a regular file");
+    return make_error("cannot stat model file '" + path + "': " + std::strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return make_error("model file '" + path + "' is not a regular file (" + file_kind(st.st_mode) + ")");
   }
   std::shared_ptr<gguf_file> f(new gguf_file());
   f->path_ = path;

@@ -130,13 +130,24 @@ result<std::shared_ptr<llama_model>> llama_model::load(std::shared_ptr<gguf_file
                       ") must divide attention.head_count (" + std::to_string(hp.n_head) + ")");
   if (hp.n_embd % hp.n_head != 0)
     return make_error(f.path() + ": embedding_length is not a multiple of attention.head_count");
-  hp.head_dim = static_cast<int>(f.get_int_or(p + "attention.key_length", hp.n_embd / hp.n_head));
-  hp.n_rot = static_cast<int>(f.get_int_or(p + "rope.dimension_count", hp.head_dim));
-  if (hp.head_dim % 2 != 0 || hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0)
-    return make_error(f.path() + ": unsupported head size " + std::to_string(hp.head_dim) +
-                      " / rope.dimension_count " + std::to_string(hp.n_rot));
+  // Read as 64-bit and range-checked before narrowing: 2^32 would otherwise become 0.
+  const int64_t head_dim = f.get_int_or(p + "attention.key_length", hp.n_embd / hp.n_head);
+  if (head_dim <= 0 || head_dim > 4096 || head_dim % 2 != 0)
+    return make_error(f.path() + ": metadata key '" + p + "attention.key_length' has invalid value " +
+                      std::to_string(head_dim) + " (an even head size, 2..4096)");
+  hp.head_dim = static_cast<int>(head_dim);
+  // 0 would rotate nothing (no positions at all); more than the head has no dimensions to rotate.
+  const int64_t n_rot = f.get_int_or(p + "rope.dimension_count", hp.head_dim);
+  if (n_rot <= 0 || n_rot > hp.head_dim || n_rot % 2 != 0)
+    return make_error(f.path() + ": metadata key '" + p + "rope.dimension_count' has invalid value " +
+                      std::to_string(n_rot) + " (an even count, 2..the head size " + std::to_string(hp.head_dim) + ")");
+  hp.n_rot = static_cast<int>(n_rot);
   hp.rope_freq_base = static_cast<float>(f.get_float_or(p + "rope.freq_base", 10000.0));
-  hp.rope_freq_scale = static_cast<float>(1.0 / f.get_float_or(p + "rope.scale_linear", 1.0));
+  const double scale_linear = f.get_float_or(p + "rope.scale_linear", 1.0);
+  if (!(scale_linear > 0.0) || !std::isfinite(scale_linear))
+    return make_error(f.path() + ": metadata key '" + p + "rope.scale_linear' has invalid value " +
+                      std::to_string(scale_linear) + " (a positive factor)");
+  hp.rope_freq_scale = static_cast<float>(1.0 / scale_linear);
   hp.rms_eps = static_cast<float>(f.get_float_or(p + "attention.layer_norm_rms_epsilon", 1e-5));
   if (!(hp.rms_eps > 0.0f) || !(hp.rope_freq_base > 0.0f))
     return make_error(f.path() + ": invalid rms epsilon or rope base in metadata");

@@ -1,8 +1,10 @@
 #include "model/tokenizer.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
+#include <string>
 #include <utility>
 
 #include "model/detail/tokenizer_bpe.hpp"
@@ -45,11 +47,22 @@ bool in(std::string_view s, names list) {
 }
 
 // An optional metadata id; out-of-range ids are ignored, as llama.cpp does.
+// An id outside the vocabulary is ignored with a warning, as llama.cpp does ("bad special
+// token ... using default id"), not refused: converted files in circulation carry such ids (a
+// padding id one past the last token, ids of added tokens the list lacks), and the model works
+// without them. -1 and its u32 form are the conventional "none" and pass without a word.
 void read_id(const gguf_file& f, const char* key, int32_t n, int32_t& id) {
   const auto* v = f.find(key);
   if (v && v->is_integer()) {
     const int64_t x = v->as_int();
-    if (x >= 0 && x < n) id = static_cast<int32_t>(x);
+    if (x >= 0 && x < n) {
+      id = static_cast<int32_t>(x);
+    } else if (x != -1 && x != 0xFFFFFFFFll) {
+      const int32_t kept = id >= 0 && id < n ? id : -1;
+      std::fprintf(stderr, "troupe: warning: %s: %s = %lld is outside the vocabulary (0..%d); %s\n", f.path().c_str(), key,
+                   static_cast<long long>(x), n - 1,
+                   kept >= 0 ? ("using the default " + std::to_string(kept)).c_str() : "ignored");
+    }
   }
   if (id >= n) id = -1;
 }

@@ -1,5 +1,13 @@
 #include "model/gguf_reader.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <future>
 
 #include <gtest/gtest.h>
 
@@ -122,6 +130,33 @@ TEST(GgufReader, MissingFileSaysSo) {
   auto f = gguf_file::open("/nonexistent/model.gguf");
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.error().find("/nonexistent/model.gguf"), std::string::npos);
+}
+
+TEST(GgufReader, NamedPipeIsRefusedWithoutBlocking) {
+  char dir[] = "/tmp/troupe_gguf_fifo_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string fifo = std::string(dir) + "/model.gguf";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto pending = std::async(std::launch::async, [&] { return gguf_file::open(fifo); });
+  const bool returned = pending.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  if (!returned) {
+    // A writer releases the open that waits for one, so the test fails instead of hanging.
+    int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+  }
+  auto f = pending.get();
+  ::unlink(fifo.c_str());
+  ::rmdir(dir);
+  ASSERT_TRUE(returned) << "opening a named pipe blocked";
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.error().find(fifo), std::string::npos) << f.error();
+  EXPECT_NE(f.error().find("not a regular file (a named pipe)"), std::string::npos) << f.error();
+}
+
+TEST(GgufReader, DirectoryIsRefusedByName) {
+  auto f = gguf_file::open("/tmp");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.error().find("'/tmp' is not a regular file (a directory)"), std::string::npos) << f.error();
 }
 
 TEST(GgufReader, ReadsTheTokenizerFixtures) {

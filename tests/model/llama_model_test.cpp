@@ -52,6 +52,25 @@ std::shared_ptr<gguf_file> rewrite(const gguf_file& src, const std::function<ggm
   return f.value();
 }
 
+// The image of `src` with one metadata key set to `value`.
+std::shared_ptr<gguf_file> with_key(const gguf_file& src, const std::string& key, const gguf_value& value) {
+  gguf_writer w;
+  for (const auto& [k, v] : src.metadata())
+    if (k != "general.alignment" && k != key) w.set_value(k, v);
+  w.set_value(key, value);
+  for (const auto& t : src.tensors()) w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.bytes));
+  auto f = gguf_file::from_bytes(w.to_bytes(), "edited.gguf");
+  if (!f) throw std::runtime_error(f.error());
+  return f.value();
+}
+
+gguf_value u32(uint32_t x) {
+  gguf_value v;
+  v.type = gguf_value_type::u32;
+  v.v = uint64_t{x};
+  return v;
+}
+
 bool is_matrix(const gguf_tensor& t) { return t.dims.size() == 2 && t.name != "token_embd.weight"; }
 
 // A synthetic model whose matrices and token embeddings (the tied output head) are Q5_K, but for
@@ -103,6 +122,27 @@ std::vector<std::vector<float>> logits_along(backend& be, const std::vector<int3
 const std::vector<int32_t> k_prompt = {260, 72, 101, 108, 108, 111, 32, 116, 104, 101, 114, 101};
 
 }  // namespace
+
+TEST(LlamaModel, RopeAndHeadSizesOutOfRangeAreRefusedByKeyAndValue) {
+  const auto base = test::make_synthetic_file(test::synthetic_options{});  // head size 256 / 4 = 64
+  ASSERT_TRUE(llama_model::load(base).ok());
+  auto refused = [&](const std::string& key, const gguf_value& v, const std::string& why) {
+    auto m = llama_model::load(with_key(*base, key, v));
+    ASSERT_FALSE(m.ok()) << key;
+    EXPECT_NE(m.error().find("edited.gguf: metadata key '" + key + "' has invalid value " + why), std::string::npos)
+        << m.error();
+  };
+  refused("llama.rope.dimension_count", u32(0), "0 (an even count, 2..the head size 64)");
+  refused("llama.rope.dimension_count", u32(66), "66 (an even count, 2..the head size 64)");
+  refused("llama.rope.dimension_count", u32(31), "31");
+  refused("llama.attention.key_length", u32(0), "0 (an even head size, 2..4096)");
+  gguf_value zero_scale;
+  zero_scale.type = gguf_value_type::f32;
+  zero_scale.v = 0.0;
+  refused("llama.rope.scale_linear", zero_scale, "0.000000 (a positive factor)");
+  // Fewer rotated dimensions than the head has is partial rotary embedding: allowed.
+  EXPECT_TRUE(llama_model::load(with_key(*base, "llama.rope.dimension_count", u32(32))).ok());
+}
 
 TEST(LlamaModel, MatricesWithoutKernelsBecomeQ8_0CopiesWhenAsked) {
   auto file = mixed_model();

@@ -435,6 +435,30 @@ TEST(TokenizerLoad, ErrorsNameTheProblem) {
   expect_error(dup, "duplicate token");
 }
 
+// Ignored with a warning naming the key and value, as llama.cpp does (tokenizer.cpp's read_id
+// says why not refused); -1 is the conventional "none" and passes without a word.
+TEST(TokenizerLoad, SpecialIdsOutsideTheVocabularyAreIgnoredWithAWarning) {
+  auto w = tiny_bpe({}, {{"<|endoftext|>", 3}});
+  const int32_t endoftext = 256;
+  w.set_i32("tokenizer.ggml.eos_token_id", 2147483647);
+  w.set_u32("tokenizer.ggml.bos_token_id", 257);  // one past the last token
+  w.set_u32("tokenizer.ggml.eot_token_id", static_cast<uint32_t>(endoftext));
+  w.set_i32("tokenizer.ggml.padding_token_id", -1);
+  ::testing::internal::CaptureStderr();
+  auto t = from_writer(w);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(t.ok()) << t.error();
+  EXPECT_EQ(t->eos(), -1);
+  EXPECT_EQ(t->bos(), -1);
+  EXPECT_TRUE(t->is_eog(endoftext));  // the valid eot id still ends generation
+  EXPECT_NE(err.find("tokenizer.ggml.eos_token_id = 2147483647 is outside the vocabulary (0..256); ignored"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("tokenizer.ggml.bos_token_id = 257 is outside the vocabulary (0..256); ignored"), std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("padding_token_id"), std::string::npos) << err;
+}
+
 TEST(TokenizerLoad, CopiesShareTheVocabularyAndWorkAcrossThreads) {
   auto t = load_fixture("gpt-2");
   const tokenizer copy = t;  // cheap: shares the immutable vocabulary
