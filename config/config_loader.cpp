@@ -5,7 +5,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
+#include <fcntl.h>
 #include <set>
 #include <sstream>
 #include <sys/stat.h>
@@ -19,6 +19,35 @@ namespace troupe::config {
 namespace {
 
 using detail::reader;
+
+// Not an ifstream: it opens a directory and then reads nothing without an error, and an empty
+// text is a valid config (every default), so a directory passed for the file would load as one.
+result<std::string> read_config_text(const std::string& path) {
+  auto failed = [&](int e) { return make_error("cannot read config file '" + path + "': " + std::strerror(e)); };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return failed(errno);
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return failed(EISDIR);
+  }
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      text.append(buf, static_cast<size_t>(n));
+    } else if (n == 0) {
+      break;
+    } else if (errno != EINTR) {
+      const int e = errno;
+      ::close(fd);
+      return failed(e);
+    }
+  }
+  ::close(fd);
+  return text;
+}
 
 std::string parse_error_text(const toml::parse_error& e, const std::string& fallback) {
   const auto& at = e.source();
@@ -117,6 +146,7 @@ void check_name(reader& rd, const config_registries::names_fn& names, const char
 void check(const troupe_config& c, const config_registries& r, reader& rd) {
   const auto& p = c.pipeline;
   check_name(rd, r.scheduler_policies, "scheduling policy", "scheduler.policy", p.scheduler.policy);
+  check_name(rd, r.router_policies, "routing policy", "router.policy", p.router.policy);
   check_name(rd, r.admission_policies, "admission policy", "admission.policy", p.admission.policy);
   check_name(rd, r.cache_policies, "response cache policy", "cache.policy", p.cache.policy);
   check_name(rd, r.embedders, "embedder", "cache.embedder", p.cache.semantic.embedder);
@@ -125,25 +155,21 @@ void check(const troupe_config& c, const config_registries& r, reader& rd) {
   for (size_t i = 0; i < p.streamer.filters.size(); ++i)
     check_name(rd, r.filters, "output filter", "streamer.filters[" + std::to_string(i) + "].name",
                p.streamer.filters[i].name);
-  if (r.scheduler_policy_options) {
-    if (auto s = r.scheduler_policy_options(p.scheduler.policy, p.scheduler.policy_opts.values); !s) {
-      // Point at the option the policy refused when the message names one.
-      std::string key = "scheduler.policy_options";
-      for (const auto& [name, v] : p.scheduler.policy_opts.values)
-        if (s.error().find("'" + name + "'") != std::string::npos) key += "." + name;
-      if (!rd.node_of(key)) key = rd.node_of("scheduler.policy_options") ? "scheduler.policy_options" : "scheduler.policy";
-      rd.fail_key(key, s.error());
-    }
-  }
-  if (r.admission_policy_options) {
-    if (auto s = r.admission_policy_options(p.admission.policy, p.admission.policy_options); !s) {
-      std::string key = "admission.policy_options";
-      for (const auto& [name, v] : p.admission.policy_options)
-        if (s.error().find("'" + name + "'") != std::string::npos) key += "." + name;
-      if (!rd.node_of(key)) key = rd.node_of("admission.policy_options") ? "admission.policy_options" : "admission.policy";
-      rd.fail_key(key, s.error());
-    }
-  }
+  // A policy's refusal of its options points at the option when the message names one.
+  auto check_options = [&rd](const auto& check, const std::string& section, const std::string& policy,
+                             const auto& options) {
+    if (!check) return;
+    auto s = check(policy, options);
+    if (s) return;
+    std::string key = section + ".policy_options";
+    for (const auto& [name, v] : options)
+      if (s.error().find("'" + name + "'") != std::string::npos) key += "." + name;
+    if (!rd.node_of(key)) key = rd.node_of(section + ".policy_options") ? section + ".policy_options" : section + ".policy";
+    rd.fail_key(key, s.error());
+  };
+  check_options(r.scheduler_policy_options, "scheduler", p.scheduler.policy, p.scheduler.policy_opts.values);
+  check_options(r.router_policy_options, "router", p.router.policy, p.router.policy_opts.values);
+  check_options(r.admission_policy_options, "admission", p.admission.policy, p.admission.policy_options);
   if (r.filter_options) {
     for (size_t i = 0; i < p.streamer.filters.size(); ++i) {
       const auto& f = p.streamer.filters[i];
@@ -207,11 +233,9 @@ result<troupe_config> parse_config(std::string_view text, const std::string& sou
 
 result<troupe_config> load_config(const std::string& path, const std::vector<config_override>& overrides,
                                   const config_registries& registries) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error("cannot read config file '" + path + "': " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_config(ss.str(), path, overrides, registries);
+  auto text = read_config_text(path);
+  if (!text) return make_error(text.error());
+  return parse_config(text.value(), path, overrides, registries);
 }
 
 std::string to_toml(const troupe_config& c, secrets s) {

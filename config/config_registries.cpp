@@ -4,6 +4,7 @@
 #include "actors/admission/policy.hpp"
 #include "actors/streamer/filters/filter_actor.hpp"
 #include "actors/response_cache/policy.hpp"
+#include "actors/router/policy.hpp"
 #include "actors/scheduler/policy.hpp"
 #include "actors/scheduler/speculative/proposer.hpp"
 #include "actors/streamer/filters/stream_filter.hpp"
@@ -15,6 +16,7 @@ namespace troupe::config {
 config_registries config_registries::global() {
   config_registries r;
   r.scheduler_policies = [] { return actors::scheduling_policy_registry().names(); };
+  r.router_policies = [] { return actors::routing_policy_registry().names(); };
   r.admission_policies = [] { return actors::admission_policy_names(); };
   r.cache_policies = [] { return actors::response_cache_registry().names(); };
   r.embedders = [] { return cache::embedder_registry().names(); };
@@ -30,6 +32,14 @@ config_registries config_registries::global() {
     actors::policy_options o;
     o.values = options;
     auto made = actors::scheduling_policy_registry().make(policy, o);
+    if (!made) return make_error(made.error());
+    return {};
+  };
+  r.router_policy_options = [](const std::string& policy, const std::map<std::string, double>& options) -> status {
+    if (!actors::routing_policy_registry().contains(policy)) return {};  // reported as an unknown name
+    actors::routing_options o;
+    o.values = options;
+    auto made = actors::routing_policy_registry().make(policy, o);
     if (!made) return make_error(made.error());
     return {};
   };

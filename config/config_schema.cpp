@@ -571,7 +571,9 @@ std::vector<key_spec> make_schema() {
                           TROUPE_FIELD(pipeline.admission.max_tokens_cap)));
   v.push_back(integer_key("admission.default_max_tokens", hot_admission, 1, 16 * mib,
                           TROUPE_FIELD(pipeline.admission.default_max_tokens)));
-  v.push_back(integer_key("admission.max_stop_strings", hot_admission, 0, 1024,
+  // At most 4: the request parser refuses more, as OpenAI does (net/detail/request_reader.hpp's
+  // max_stop_strings), so a larger value could only mislead; this key can lower the limit.
+  v.push_back(integer_key("admission.max_stop_strings", hot_admission, 0, 4,
                           TROUPE_FIELD(pipeline.admission.max_stop_strings)));
   v.push_back(integer_key("admission.default_deadline_ms", hot_admission, 0, 365 * day_ms,
                           TROUPE_FIELD(pipeline.admission.default_deadline_ms)));

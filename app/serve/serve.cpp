@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <iterator>
 #include <memory>
@@ -471,7 +472,7 @@ struct serve_instance::impl {
   void load() {
     std::string err;
     const auto& conf = opts.config;
-    auto m = model::llama_model::load(conf.model.path);
+    auto m = opts.load_model ? opts.load_model(conf.model.path) : model::llama_model::load(conf.model.path);
     if (!m) {
       err = "cannot load " + conf.model.path + ": " + m.error();
     } else {
@@ -609,6 +610,11 @@ std::string serve_instance::load_error() const {
   return impl_->load_error;
 }
 
+bool serve_instance::load_finished() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->load_done;
+}
+
 void serve_instance::stop() {
   if (impl_) impl_->stop();
 }
@@ -665,6 +671,15 @@ int run_serve(const serve_options& o) {
       }
       if (s.in_flight() > 0)
         std::printf("troupe serve: stopping with %lld requests still running\n", static_cast<long long>(s.in_flight()));
+      if (!s.load_finished()) {
+        // stop() would join the loader, which cannot be interrupted: it may read a model file
+        // on a stalled mount or repack gigabytes of weights, so the signal would wait for the
+        // whole load. Nothing has been served yet and nothing needs saving, so end here.
+        std::fprintf(stderr, "troupe serve: stopped while the model was loading\n");
+        std::fflush(stdout);
+        std::fflush(stderr);
+        std::_Exit(0);
+      }
       break;
     }
     if (!announced && s.wait_ready(std::chrono::milliseconds(0))) {

@@ -15,6 +15,10 @@
 #include "net/inference.hpp"
 #include "net/server.hpp"
 
+namespace troupe::model {
+class llama_model;
+}
+
 namespace troupe::app {
 
 class serve_instance;
@@ -29,6 +33,9 @@ struct serve_options {
   std::function<net::inference::admin_reply(serve_instance&, const std::string& action)> admin;
   // Prometheus lines about the config (its version), appended to /metrics.
   std::function<std::string()> config_metrics;
+  // Reads the model on the loader thread; unset: model::llama_model::load(config.model.path).
+  // Tests put a slow or stuck load here.
+  std::function<result<std::shared_ptr<model::llama_model>>(const std::string& path)> load_model;
 };
 
 class serve_instance {
@@ -42,6 +49,8 @@ class serve_instance {
   // Waits until the model is loaded (true) or failed / timed out (false; see load_error()).
   bool wait_ready(std::chrono::milliseconds timeout);
   std::string load_error() const;
+  // True once the loader has finished, loaded or failed; stop() waits for it until then.
+  bool load_finished() const;
   // Hot reload: the pipeline stages in `stages` are replaced with their settings in `next`
   // while serving (actors::pipeline::reconfigure). Answers the names of the actors replaced, or
   // why nothing was.

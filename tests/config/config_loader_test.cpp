@@ -2,6 +2,9 @@
 // overrides and their precedence.
 #include "config/config_loader.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +14,7 @@
 #include "actors/scheduler/policy.hpp"
 #include "config/config_diff.hpp"
 #include "config/serve_flags.hpp"
+#include "net/detail/request_reader.hpp"
 
 namespace troupe::config {
 namespace {
@@ -162,6 +166,9 @@ TEST(ConfigLoader, UnknownNamesListTheRegisteredOnes) {
   EXPECT_TRUE(has(error_of("[cache]\nembedder = \"bert\"\n"), "cache.embedder: unknown embedder 'bert' (known: "));
   EXPECT_TRUE(has(error_of("[model]\nbackend = \"tpu\"\n"), "t.toml:2:11: model.backend: unknown backend 'tpu' (known: cpu"));
   EXPECT_TRUE(has(error_of("[admission]\npolicy = \"fair\"\n"), "admission.policy: unknown admission policy 'fair' (known: token_bucket)"));
+  EXPECT_TRUE(has(error_of("[router]\npolicy = \"least_loadd\"\n"),
+                  "t.toml:2:10: router.policy: unknown routing policy 'least_loadd' (known: least_loaded, "
+                  "prefix_affinity, round_robin); did you mean 'least_loaded'?"));
   EXPECT_TRUE(has(error_of("[[streamer.filters]]\nname = \"redakt\"\n"),
                   "t.toml:2:8: streamer.filters[0].name: unknown output filter 'redakt' (known: redact, stop_on); "
                   "did you mean 'redact'?"));
@@ -170,6 +177,14 @@ TEST(ConfigLoader, UnknownNamesListTheRegisteredOnes) {
 TEST(ConfigLoader, APolicysOwnCheckRejectsAnOptionItDoesNotKnow) {
   const auto e = error_of("[scheduler]\npolicy = \"sjf\"\n[scheduler.policy_options]\naging = 3.0\n");
   EXPECT_TRUE(has(e, "t.toml:4:9: scheduler.policy_options.aging: policy 'sjf' has no option 'aging' (it has: aging_tokens_per_s)"));
+}
+
+TEST(ConfigLoader, ARoutingPolicysOwnCheckRejectsAnOptionItDoesNotKnow) {
+  const auto e = error_of("[router]\npolicy = \"round_robin\"\n[router.policy_options]\nmax_imbalance = 2.0\n");
+  EXPECT_TRUE(has(e, "t.toml:4:17: router.policy_options.max_imbalance: routing policy 'round_robin' has no option 'max_imbalance'"));
+  EXPECT_TRUE(parse_config("[router]\npolicy = \"prefix_affinity\"\n[router.policy_options]\nmax_imbalance = 2.0\n",
+                           "t.toml", {}, config_registries::global())
+                  .ok());
 }
 
 TEST(ConfigLoader, RegistriesCanBeInjected) {
@@ -274,6 +289,19 @@ TEST(ConfigOverrides, FlagsOverrideTheFileAndSetOverridesFlags) {
   EXPECT_TRUE(has(error_of("", fo.value()), "--listen 127.0.0.1:99999: server.port: 99999 is out of range (0..65535)"));
 }
 
+// The request parser refuses a 5th stop string whatever the config says, so the key may only
+// lower the limit: a value it could not honour is refused, not silently ignored.
+TEST(ConfigLoader, MaxStopStringsStaysWithinWhatTheRequestParserAccepts) {
+  const auto most = std::to_string(net::detail::max_stop_strings);
+  const auto one_more = std::to_string(net::detail::max_stop_strings + 1);
+  EXPECT_TRUE(has(error_of("[admission]\nmax_stop_strings = " + one_more + "\n"),
+                  "t.toml:2:20: admission.max_stop_strings: " + one_more + " is out of range (0.." + most + ")"));
+  auto c = parse_config("[admission]\nmax_stop_strings = " + most + "\n", "t.toml");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->pipeline.admission.max_stop_strings, static_cast<int32_t>(net::detail::max_stop_strings));
+  EXPECT_EQ(troupe_config{}.pipeline.admission.max_stop_strings, static_cast<int32_t>(net::detail::max_stop_strings));
+}
+
 TEST(ConfigLoader, LoadConfigNamesTheFile) {
   const std::string path = ::testing::TempDir() + "/troupe_config_loader_test.toml";
   {
@@ -288,6 +316,21 @@ TEST(ConfigLoader, LoadConfigNamesTheFile) {
   auto missing = load_config("/nonexistent/troupe.toml");
   ASSERT_FALSE(missing.ok());
   EXPECT_TRUE(has(missing.error(), "cannot read config file '/nonexistent/troupe.toml'"));
+}
+
+// An empty text is every default, so a directory read as one would start (or reload) silently
+// with the defaults.
+TEST(ConfigLoader, ADirectoryIsNotAConfigFile) {
+  const std::string dir = ::testing::TempDir() + "/troupe_config_loader_dir.toml";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  auto c = load_config(dir);
+  ::rmdir(dir.c_str());
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(has(c.error(), "cannot read config file '" + dir + "': Is a directory"));
+
+  auto via_resolve = resolve_config("/tmp", "", {});
+  ASSERT_FALSE(via_resolve.ok());
+  EXPECT_TRUE(has(via_resolve.error(), "cannot read config file '/tmp': Is a directory"));
 }
 
 }  // namespace

@@ -2,8 +2,13 @@
 // to the appliers keeps every restart-only key at its running value.
 #include "config/config_reloader.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <set>
 
 #include "config/config_diff.hpp"
@@ -54,6 +59,41 @@ TEST(ConfigReloader, AppliesHotKeysWithTheRestartOnlyOnesAtTheirRunningValues) {
   for (const auto& c : r.restart_needed) restart.push_back(c.key);
   EXPECT_EQ(restart, (std::vector<std::string>{"server.port", "cache.path", "cache.embedder"}));
   EXPECT_EQ(r.applied.size(), 2u);
+}
+
+// An editor that swaps the file for a directory must not reset every hot key to its default.
+TEST(ConfigReloader, ADirectoryInPlaceOfTheFileIsRefusedByName) {
+  const std::string dir = ::testing::TempDir() + "/troupe_config_reloader_dir.toml";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  config_reloader reloader(running_config(), dir, "", {});
+  int applies = 0;
+  const auto r = reloader.reload([&](const troupe_config&, const std::set<std::string>&) -> result<std::vector<std::string>> {
+    ++applies;
+    return std::vector<std::string>{};
+  });
+  ::rmdir(dir.c_str());
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(applies, 0);
+  EXPECT_NE(r.error.find("cannot read config file '" + dir + "': Is a directory"), std::string::npos) << r.error;
+  EXPECT_EQ(reloader.version(), 1);
+}
+
+TEST(ConfigReloader, AnUnknownRoutingPolicyIsRefusedWithItsKeyBeforeAnyApply) {
+  const std::string path = ::testing::TempDir() + "/troupe_config_reloader_router.toml";
+  {
+    std::ofstream out(path);
+    out << "[router]\npolicy = \"nope\"\n";
+  }
+  config_reloader reloader(running_config(), path, "", {});
+  int applies = 0;
+  const auto r = reloader.reload([&](const troupe_config&, const std::set<std::string>&) -> result<std::vector<std::string>> {
+    ++applies;
+    return std::vector<std::string>{};
+  });
+  std::remove(path.c_str());
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(applies, 0);
+  EXPECT_NE(r.error.find(path + ":2:10: router.policy: unknown routing policy 'nope' (known: "), std::string::npos) << r.error;
 }
 
 TEST(ConfigDiff, WithRestartKeysOfSplitsAReloadInTwo) {
