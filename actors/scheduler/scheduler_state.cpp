@@ -10,6 +10,15 @@ constexpr int64_t tombstone_ttl_us = 60'000'000;
 // that comes and goes must not keep a request (and the batch around it) retrying for ever.
 constexpr int32_t max_step_faults = 3;
 
+// The prompt the client sent: a continuation's `prompt` also holds the tokens generated on the
+// replica that died (admitted_request::generated_before). The engine computes those positions in
+// the decode order, as they were first computed (model::batch_sequence::n_prompt): in llama.cpp's
+// order a prompt's attention sums in another order, and the continuation would not be the
+// stream the client was reading.
+int32_t prompt_of_request(const admitted_request& r) {
+  return std::max(0, static_cast<int32_t>(r.prompt.size()) - r.generated_before);
+}
+
 template <class T>
 void erase_value(std::vector<T>& v, const T& x) {
   v.erase(std::remove(v.begin(), v.end(), x), v.end());
@@ -115,7 +124,7 @@ step_entry scheduler_state::make_entry(seq& s, int32_t n, int64_t now_us) const 
   step_entry e;
   e.seq_id = s.req.id;
   e.n_past = s.n_scheduled;
-  e.n_prompt = static_cast<int32_t>(s.req.prompt.size());
+  e.n_prompt = prompt_of_request(s.req);
   const int32_t known = static_cast<int32_t>(s.tokens.size());
   const int32_t end = s.n_scheduled + n;
   const int32_t known_end = std::min(end, known);
@@ -607,7 +616,7 @@ step_entry scheduler_state::make_pad_entry(const seq& s) const {
   e.seq_id = s.req.id;
   e.tokens = {s.tokens.back()};
   e.n_past = s.n_scheduled;
-  e.n_prompt = static_cast<int32_t>(s.req.prompt.size());
+  e.n_prompt = prompt_of_request(s.req);
   e.block_table = kv_.block_table(s.req.id);
   e.sample = true;  // computed like any member; the sample is thrown away
   return e;

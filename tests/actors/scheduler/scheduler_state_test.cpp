@@ -182,6 +182,35 @@ TEST(scheduler_state, preemption_by_recompute_keeps_outputs_exact) {
   EXPECT_TRUE(h.failed.empty());
 }
 
+// A continuation after a replica died carries the tokens generated there at the end of its
+// prompt: the engine must compute them as the decoded tokens they were (model::batch_sequence::
+// n_prompt: llama.cpp's order sums a prompt's attention otherwise), so every step names the
+// prompt the client sent, not the longer one.
+TEST(scheduler_state, a_continuations_steps_name_the_clients_prompt) {
+  fake_options fo;
+  harness h(fo, cfg(8, 8));
+  auto r = req(1, prompt_of(7, 10), 6);
+  const auto generated = fake_reference(fo, r.prompt, 3);
+  r.prompt.insert(r.prompt.end(), generated.begin(), generated.end());
+  r.generated_before = 3;
+  r.max_tokens = 3;
+  h.sched.enqueue(std::move(r), h.now);
+  h.run();
+  ASSERT_TRUE(h.finished.count(1));
+  EXPECT_EQ(h.finished[1].usage.prompt_tokens, 10);
+  EXPECT_EQ(h.finished[1].usage.completion_tokens, 6);
+  auto all = generated;
+  all.insert(all.end(), h.tokens[1].begin(), h.tokens[1].end());
+  EXPECT_EQ(all, fake_reference(fo, prompt_of(7, 10), 6));
+  int entries = 0;
+  for (const auto& p : h.plans)
+    for (const auto& e : p.entries) {
+      EXPECT_EQ(e.n_prompt, 10) << "n_past " << e.n_past;
+      ++entries;
+    }
+  EXPECT_GE(entries, 4);  // the 13 known tokens in 8-token chunks, then the decodes
+}
+
 TEST(scheduler_state, preemption_under_random_load_with_eog_and_drops) {
   for (const char* pol : {"fcfs", "priority", "sjf", "static"})
   for (int depth = 1; depth <= 3; ++depth) {
