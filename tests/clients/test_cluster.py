@@ -246,8 +246,14 @@ def test_kill9_worker_mid_stream_loses_nothing(reference):
                 s.start()
                 time.sleep(0.005)  # arrive in this order
             wait_mid_stream(streams)
+            # What was placed on w1 was all placed before the kill: the streams it held. Read now: a
+            # dead replica's series leave /metrics a minute after its death (a slow host's streams
+            # can take longer than that to finish).
+            on_w1 = int(f.placed(len(streams))[w1.replica])
             t_kill = time.monotonic()
             w1.kill()
+            f.wait_for(lambda r: any(x["id"] == w1.replica and x["state"] == "dead" for x in r.get("replicas", [])),
+                       timeout=30, what="the killed worker dead")
             for s in streams:
                 assert s.done.wait(STREAM_TIMEOUT_S), "a stream did not finish after the kill"
             assert_identical(streams, reference)
@@ -255,8 +261,6 @@ def test_kill9_worker_mid_stream_loses_nothing(reference):
             migrations = f.metric("troupe_migrations_total", lambda v: v > 0)
             assert migrations > 0
             assert f.metric("troupe_replica_deaths_total", lambda v: v > 0) == 1
-            # What was placed on w1 was all placed before the kill: the streams it held.
-            on_w1 = int(f.placed(len(streams) + migrations)[w1.replica])
             assert on_w1 == migrations, (on_w1, migrations)
 
             # The pause the clients saw: each stream's longest wait between chunks after the kill. The
@@ -270,9 +274,6 @@ def test_kill9_worker_mid_stream_loses_nothing(reference):
 
             # The seeded sampled requests (one of them on w1) were cut mid-stream too.
             assert all(s.pause_after(t_kill) is not None for s in streams[:3])
-
-            dead = f.replicas()[w1.replica]
-            assert dead["state"] == "dead", dead
             f.wait_idle([0, w2.replica], idle_kv)
         finally:
             workers_stop(w1, w2)
@@ -309,7 +310,9 @@ def test_worker_with_wrong_secret_is_refused_and_right_secret_joins():
 
 def test_draining_worker_finishes_its_streams_takes_no_new_ones_and_exits_0(reference):
     with Front() as f:
-        w1 = Worker(f.cluster, name="w1")
+        # A grace the streams fit in on a slow CPU (no fast kernels, a loaded host): past it the
+        # worker leaves and what it still runs moves, which is another test's subject.
+        w1 = Worker(f.cluster, "--set", "server.shutdown_grace_s=300", name="w1")
         try:
             f.wait_for(lambda r: r.get("replicas_ready") == 2, what="2 replicas ready")
             streams = [Stream(f.port, p, n, ignore_eos=True, **params).start() for p, n, params in
@@ -588,6 +591,9 @@ def test_partitioned_worker_is_declared_dead_its_streams_migrate_and_it_rejoins(
         try:
             idle_kv = f.wait_ready(3)
             first = w1.replica
+            # Each worker's idle KV by worker: a replica id is per membership, and on a loaded host
+            # w2 may be declared dead too (1.5 s without a report) and rejoin under a new id.
+            idle_of = {w: idle_kv[w.replica] for w in (w1, w2)}
             streams = [Stream(f.port, p, n, ignore_eos=True, **params) for p, n, params in specs(LONG_TOKENS)]
             for s in streams:
                 s.start()
@@ -613,7 +619,9 @@ def test_partitioned_worker_is_declared_dead_its_streams_migrate_and_it_rejoins(
             print(f"\npartition: {migrations} streams moved; their longest inter-chunk gap after the cut: "
                   f"p50 {percentile(pauses, 50) * 1000:.0f} ms, max {pauses[0] * 1000:.0f} ms "
                   f"(dead_after_ms {dead_after_ms})")
-            assert dead_after_ms / 1000 * 0.8 < pauses[-1] and pauses[0] < dead_after_ms / 1000 + 2.0, pauses
+            # The upper bound leaves room for the moved streams' prompts computed again on a slow,
+            # loaded host (measured up to 4.7 s on 2 AVX2 cores that other tests shared).
+            assert dead_after_ms / 1000 * 0.8 < pauses[-1] and pauses[0] < dead_after_ms / 1000 + 6.0, pauses
 
             # The link comes back: the worker rejoins as a new replica; nothing is served twice.
             netns.link(0, "up")
@@ -625,6 +633,7 @@ def test_partitioned_worker_is_declared_dead_its_streams_migrate_and_it_rejoins(
             assert_identical(again, reference)
             placed = replica_metric(f.url, "troupe_replica_placed_total")
             assert placed[w1.replica] > 0, placed
-            f.wait_idle([0, w2.replica, w1.replica], {**idle_kv, w1.replica: idle_kv[first]})
+            now = {0: idle_kv[0], **{w.replica: kv for w, kv in idle_of.items()}}
+            f.wait_idle(list(now), now)
         finally:
             workers_stop(w1, w2)
