@@ -442,6 +442,7 @@ void http_session::handle(request&& req) {
     auto p = parse_embedding_request(req.body());
     if (!p.query) return send_error(p.error);
     const bool base64 = p.query->base64;
+    p.query->abandoned = [w = weak_from_this()] { return w.expired(); };
     return await_reply<embedding_result>([&](auto done) { ctx_.inf.embed(std::move(*p.query), std::move(done)); },
                                          [base64](const embedding_result& r) { return embeddings_json(r, base64); });
   }

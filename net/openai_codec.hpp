@@ -6,6 +6,7 @@
 // api_error that names the field, with the HTTP status it maps to.
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -134,6 +135,9 @@ struct embedding_query {
   std::string model;        // as the client wrote it; "" when absent
   int64_t dimensions = 0;   // 0: not asked (the embedder's own)
   bool base64 = false;      // encoding_format "base64"
+  // Set by the session: whether nobody waits for the answer any more (the connection is gone). A
+  // long list is checked between texts, so a client that left does not hold up the next.
+  std::function<bool()> abandoned;
 };
 
 struct parsed_embedding {

@@ -18,6 +18,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <spdlog/spdlog.h>
 
 #include "actors/client.hpp"
 #include "app/serve/cluster.hpp"
@@ -232,6 +233,7 @@ class pipeline_inference : public net::inference {
 
   // Joins the worker threads; a request still waiting there gets no answer (its server is going).
   void stop_jobs() {
+    jobs_stopping_ = true;  // a long embedding list ends at its next text (embed_now)
     text_jobs_.stop();
     embed_jobs_.stop();
   }
@@ -358,6 +360,7 @@ class pipeline_inference : public net::inference {
   std::unique_ptr<cache::embedder> embedder_;  // the embed thread's, made on first use
   job_thread text_jobs_{256};
   job_thread embed_jobs_{64};
+  std::atomic<bool> jobs_stopping_{false};
 
   // Under mu_.
   void take_router_stats(const actors::router_stats& rs) {
@@ -419,6 +422,20 @@ class pipeline_inference : public net::inference {
     out.value.model = q.model.empty() ? embedder_name_ : q.model;
     out.value.vectors.reserve(q.inputs.size());
     for (size_t i = 0; i < q.inputs.size(); ++i) {
+      // A list of 2048 long texts is minutes of embedder time: it ends early when the server
+      // stops (the shutdown grace must hold) or nobody waits for it (the next request would wait).
+      if (jobs_stopping_) {
+        net::api_error e = net::from_pipeline_error(
+            {0, "loading", "the server is shutting down; retry on another instance", 5000});
+        e.code = "shutting_down";
+        out.error = e;
+        return out;
+      }
+      if (q.abandoned && q.abandoned()) {  // the answer would go nowhere
+        spdlog::info("troupe: embeddings: the client left; stopped after {} of {} inputs", i, q.inputs.size());
+        out.error = net::from_pipeline_error({0, actors::errc::internal, "the client left", 0});
+        return out;
+      }
       auto v = embedder_->embed(q.inputs[i]);
       if (!v) {
         const std::string at = q.inputs.size() == 1 ? "input" : "input[" + std::to_string(i) + "]";

@@ -10,6 +10,7 @@ import asyncio
 import json
 import re
 import socket
+import struct
 import time
 
 import pytest
@@ -240,6 +241,21 @@ def test_an_answer_after_a_head_request_keeps_its_body(server):
     length = int(re.search(rb"(?i)content-length: (\d+)", head2).group(1))
     assert length > 0 and len(body) == length, data
     assert b"error" in body, body
+
+
+def test_an_embeddings_list_whose_client_reset_stops_at_its_next_text(server):
+    # 1000 long texts are minutes of embedder time, and the embedder takes one list at a time: a
+    # client that went away (a reset) must not hold up the next request for all of it.
+    text = "The tide came in over the flat grey sand while the gulls argued about the fish. " * 6
+    s = raw(server, post_bytes("/v1/embeddings", json.dumps({"input": [text] * 1000}).encode()))
+    time.sleep(3)  # the embedder loads on first use, then works through the list
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()  # a reset
+    t0 = time.monotonic()
+    with raw(server, post_bytes("/v1/embeddings", json.dumps({"input": "hello"}).encode())) as c:
+        status, _, body = read_response(c)
+    assert status == 200, body
+    assert time.monotonic() - t0 < 20, f"the next list waited {time.monotonic() - t0:.1f} s"
 
 
 def test_a_client_that_leaves_during_a_long_prompt_is_cancelled(server):

@@ -206,6 +206,43 @@ def test_out_of_descriptors_the_server_waits_instead_of_spinning(server):
             time.sleep(0.2)
 
 
+def test_sigterm_ends_a_long_embeddings_list_within_the_grace():
+    """A list of long texts is minutes of embedder time (2048 may be asked for): SIGTERM must not
+    wait for it past server.shutdown_grace_s. The list stops at its next text, its client gets
+    503 shutting_down, and the process exits 0."""
+    import http.client
+    import json
+    import signal
+    import threading
+
+    text = "The tide came in over the flat grey sand while the gulls argued about the fish. " * 6
+    with running_server("--no-cache", "--set", "server.shutdown_grace_s=2") as s:
+        answer = {}
+
+        def post():
+            c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=300)
+            try:
+                c.request("POST", "/v1/embeddings", json.dumps({"input": [text] * 1000}),
+                          {"Content-Type": "application/json"})
+                r = c.getresponse()
+                answer["status"], answer["body"] = r.status, r.read()
+            except (ConnectionError, http.client.HTTPException) as e:
+                answer["error"] = e
+
+        t = threading.Thread(target=post)
+        t.start()
+        time.sleep(3)  # the embedder loads on first use (about a second), then works through the list
+        t0 = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        code = s.proc.wait(timeout=60)
+        took = time.monotonic() - t0
+        t.join(30)
+        assert code == 0, s.output()
+        assert took < 2 + 8, f"exit {took:.1f} s after SIGTERM with a grace of 2 s"
+        if "status" in answer:  # else the connection closed at exit, also an answer a client can act on
+            assert answer["status"] == 503 and b"shutting_down" in answer["body"], answer
+
+
 def test_sigterm_lets_running_streams_finish_and_takes_no_new_requests():
     """SIGTERM drains: a running SSE stream and a WebSocket stream end whole (usage, [DONE], done
     frame), a request on a connection opened before gets 503 shutting_down, /health says
