@@ -440,7 +440,8 @@ TEST(RouterState, ADeadReplicaReportsNoLoadAndIsForgottenAMinuteLater) {
   ASSERT_NE(stats_of(s.stats(), 1), nullptr);
   EXPECT_EQ(stats_of(s.stats(), 1)->load.running, 3);
   s.kill(1, "connection lost", 2000 * ms);
-  const auto* dead = stats_of(s.stats(), 1);
+  const auto after = s.stats();  // stats_of points into it
+  const auto* dead = stats_of(after, 1);
   ASSERT_NE(dead, nullptr);
   EXPECT_EQ(dead->state, "dead");
   EXPECT_EQ(dead->load.running, 0);
