@@ -22,7 +22,7 @@ troupe::app::register_command reg("info", "Show build and machine capabilities",
                 __builtin_cpu_supports("avx512vnni") != 0);
     const bool fast = troupe::model::fast_order_available();
     std::printf("matmul: %s (fast order: %s); %s\n", troupe::model::matmul_isa(),
-                fast ? "available" : "not available, it needs AVX-512 VNNI; llama.cpp's order runs",
+                fast ? "available" : "not available, it needs AVX2 or AVX-512 VNNI; llama.cpp's order runs",
                 troupe::model::amx_path_line().c_str());
 #ifdef TROUPE_HAVE_CUDA
     auto d = troupe::gpu::query_devices();

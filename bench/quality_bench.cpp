@@ -83,7 +83,7 @@ quality_figures measure_quality(const model::loaded_model& lm, const std::string
     // A path this CPU cannot run is a note, not a failed table (the rows would be another path's).
     if (p.order == model::matmul_order::fast && !model::fast_order_available()) {
       q.notes.push_back(std::string("no row for ") + p.name + ": this CPU has no fast kernels (matmul path " +
-                        model::matmul_isa() + "; they need AVX-512 VNNI)");
+                        model::matmul_isa() + "; they need AVX2 or AVX-512 VNNI)");
       continue;
     }
     std::vector<model::eval_chunk> rows;

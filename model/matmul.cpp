@@ -330,7 +330,9 @@ void matmul_multi_with_isa(isa_kind isa, const weight_view* ws, float* const* ys
     float_kernel_fn fk;
     float* y;
   };
-  const x16_kernels* x16 = isa == isa_kind::avx512vnni ? &avx512vnni_x16_kernels() : nullptr;
+  const x16_kernels* x16 = isa == isa_kind::avx512vnni ? &avx512vnni_x16_kernels()
+                           : isa == isa_kind::avx2     ? &avx2_x16_kernels()
+                                                       : nullptr;
   constexpr int k_max_jobs = 8;
   job jobs[k_max_jobs];
   if (n_mat > k_max_jobs) {  // not a hot-path shape: split and recurse, then the epilogue on all rows
@@ -471,8 +473,8 @@ bool detail::amx_usable() {
   // The tile kernels apply the scales with AVX-512, and only the fast order's layout has a tile form.
   static const bool usable = [] {
     if (!amx_support().available) {
-      std::fprintf(stderr, "troupe: matmul: the fast order runs on AVX-512 VNNI, not AMX: %s\n",
-                   amx_support().why.c_str());
+      std::fprintf(stderr, "troupe: matmul: the fast order runs on %s, not AMX: %s\n",
+                   isa_name(best_isa()), amx_support().why.c_str());
       return false;
     }
     if (best_isa() != isa_kind::avx512vnni) {
@@ -485,9 +487,7 @@ bool detail::amx_usable() {
   return usable;
 }
 
-bool fast_order_available() {
-  return detail::isa_supported(detail::isa_kind::avx512vnni) && detail::best_isa() == detail::isa_kind::avx512vnni;
-}
+bool fast_order_available() { return detail::best_isa() != detail::isa_kind::scalar; }
 
 size_t packed_bytes(const weight_view& w) {
   if (!fast_order_available()) return 0;

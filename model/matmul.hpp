@@ -29,8 +29,8 @@ struct weight_view {
 // - llama_cpp: llama.cpp's CPU order (8 partial sums per row, each block's scaled and added),
 //   bit for bit what llama.cpp computes, which keeps greedy outputs on llama.cpp's path;
 // - fast: each block's whole integer dot product scaled once, over weights repacked 16 rows at
-//   a time (AVX-512 VNNI only): about 2x the batched throughput, same accuracy against the
-//   exact product, results differing from llama.cpp's in the last bits.
+//   a time (AVX-512 VNNI, or AVX2 with the same results): about 2x the throughput, same
+//   accuracy against the exact product, results differing from llama.cpp's in the last bits.
 enum class matmul_order { llama_cpp, fast };
 const char* matmul_order_name(matmul_order o);
 // "llama.cpp" or "fast"; nullopt for anything else.
@@ -97,8 +97,8 @@ void matmul_reference(const weight_view& w, const float* x, int64_t n_tok, float
 // (read once, at the first matmul; for debugging and benchmarking the fallbacks).
 const char* matmul_isa();
 
-// Whether the fast order's kernels run on this CPU (they need AVX-512 VNNI, and matmul_isa()
-// must be that path). Without them a backend asked for the fast order keeps llama.cpp's.
+// Whether the fast order's kernels run on this CPU (AVX2 or AVX-512 VNNI, and matmul_isa() not
+// lowered to scalar). Without them a backend asked for the fast order keeps llama.cpp's.
 bool fast_order_available();
 
 }  // namespace troupe::model

@@ -89,6 +89,8 @@ struct x16_kernels {
   q8_kernel_fn q6_k;
 };
 const x16_kernels& avx512vnni_x16_kernels();
+// The same arithmetic on AVX2 + FMA + F16C (pmaddubsw / pmaddwd): bit for bit the same results.
+const x16_kernels& avx2_x16_kernels();
 
 bool isa_supported(isa_kind isa);
 isa_kind best_isa();

@@ -139,7 +139,7 @@ def test_a_fresh_run_of_this_build_draws(tmp_path):
     if not troupe or not model or not os.path.isfile(model):
         pytest.skip("TROUPE_BIN / TROUPE_MODEL not set or the model file is missing")
     out = tmp_path / "run.json"
-    # The fast order where this CPU has its kernels (AVX-512 VNNI), else llama.cpp's: the bench
+    # The fast order where this CPU has its kernels (AVX2 or AVX-512 VNNI), else llama.cpp's: the bench
     # refuses to measure an order that cannot run.
     info = subprocess.run([troupe, "info"], capture_output=True, text=True, timeout=60).stdout
     order = "fast" if "fast order: available" in info else "llama.cpp"
