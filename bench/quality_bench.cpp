@@ -8,6 +8,7 @@
 #include "model/backend.hpp"
 #include "model/matmul.hpp"
 #include "model/matmul_amx.hpp"
+#include "model/paged_attention.hpp"
 
 namespace troupe::bench {
 
@@ -84,6 +85,11 @@ quality_figures measure_quality(const model::loaded_model& lm, const std::string
     if (p.order == model::matmul_order::fast && !model::fast_order_available()) {
       q.notes.push_back(std::string("no row for ") + p.name + ": this CPU has no fast kernels (matmul path " +
                         model::matmul_isa() + "; they need AVX2 or AVX-512 VNNI)");
+      continue;
+    }
+    if (p.kv_q8 && !model::kv_q8_supported(hp.head_dim)) {
+      q.notes.push_back(std::string("no row for ") + p.name + ": q8 K/V needs AVX-512 VNNI and a head size of 64 or 128 "
+                        "(matmul path " + model::matmul_isa() + ", head size " + std::to_string(hp.head_dim) + ")");
       continue;
     }
     std::vector<model::eval_chunk> rows;
