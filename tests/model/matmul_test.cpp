@@ -448,6 +448,47 @@ TEST(Matmul, FastOrderSumsWholeBlocksBitForBit) {
   }
 }
 
+// The fast order's kernels of every ISA this CPU has (AVX2 everywhere, AVX-512 VNNI where
+// present) give the same bits over the same packed weights: an AVX2-only CPU decodes the same
+// matmul outputs as an AVX-512 one, and an AVX-512 machine's CI covers the AVX2 kernels too.
+TEST(Matmul, FastOrderIsTheSameOnEveryIsa) {
+  thread_pool pool(2);
+  for (auto type : {ggml_type::q4_0, ggml_type::q4_1, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k}) {
+    const bool k_type = type == ggml_type::q4_k || type == ggml_type::q6_k;
+    const int64_t n_in = k_type ? 512 : 576, n_out = 37;  // a last group of 5 rows: masked halves
+    const auto m = make_matrix(type, n_in, n_out, 93);
+    const packed_weights packed = pack_weights(m.view());
+    if (!packed) GTEST_SKIP() << "no fast kernels on this CPU (" << matmul_isa() << ")";
+    weight_view w = m.view();
+    w.packed = packed.bytes.get();
+    for (int64_t n_tok : {1, 5, 18}) {
+      const auto x = activations(n_tok, n_in, 94);
+      const int64_t nb = n_in / 32;
+      std::vector<int8_t> q(static_cast<size_t>(n_in));
+      std::vector<float> dx(static_cast<size_t>(nb)), sx(static_cast<size_t>(nb));
+      std::vector<int32_t> sums(static_cast<size_t>(2 * nb));
+      int isas = 0;
+      for (auto isa : supported_isas()) {
+        if (isa == d::isa_kind::scalar) continue;  // scalar reads the rows as stored (llama.cpp order)
+        ++isas;
+        std::vector<float> y(static_cast<size_t>(n_tok * n_out));
+        d::matmul_with_isa(isa, w, x.data(), n_tok, y.data(), pool);
+        for (int64_t t = 0; t < n_tok; ++t) {
+          d::quantize_acts_scalar(x.data() + t * n_in, n_in, q.data(), dx.data(), sx.data(), sums.data());
+          for (int64_t o = 0; o < n_out; ++o) {
+            const float want = fast_order_dot(type, m.bytes.data() + o * m.stride, q.data(), dx.data(), sx.data(), nb);
+            const float got = y[static_cast<size_t>(t * n_out + o)];
+            ASSERT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
+                << d::isa_name(isa) << " " << type_name(static_cast<uint32_t>(type)) << " row " << o << " token " << t
+                << ": " << got << " vs " << want;
+          }
+        }
+      }
+      EXPECT_GE(isas, 1);
+    }
+  }
+}
+
 // Packing several matrices into one allocation (what the CPU backend does, in 2 MiB pages):
 // packed_bytes() says each one's room, pack_weights_into() writes the same bytes pack_weights()
 // does, and matrices laid end to end at those offsets multiply exactly as separate ones.
