@@ -18,6 +18,10 @@ result<proposer*> scheduler_state::proposer_of(const std::string& method) {
   return it->second.get();
 }
 
+bool scheduler_state::unmeasured_model(const proposer& p) const {
+  return cfg_.speculative.cost_rule && p.runs_model() && p.guess_cost_us(1) <= 0;
+}
+
 bool scheduler_state::spec_allowed(const seq& s, int32_t n_running) const {
   const auto& c = cfg_.speculative;
   if (s.spec_method.empty() || policy_->pads_finished()) return false;  // a dense batch steps in lockstep
@@ -46,7 +50,7 @@ void scheduler_state::note_rule_refusal(const seq& s) {
   // Not a proposer that runs a model: the rule's "no" there rests mostly on its own forwards'
   // measured time, and a probe would pay them in full, with the draft's K/V catching up on every
   // token since its last guess (a self draft probed every 8 steps ran at half speed).
-  if (auto pr = proposers_.find(s.spec_method); pr == proposers_.end() || pr->second->guess_cost_us(1) > 0) return;
+  if (auto pr = proposers_.find(s.spec_method); pr == proposers_.end() || pr->second->runs_model()) return;
   if (last_refusal_step_ != next_step_) {
     last_refusal_step_ = next_step_;
     ++rule_refused_steps_;
@@ -116,8 +120,15 @@ std::vector<int32_t> scheduler_state::proposal_for(seq& s, int32_t room, int32_t
   auto pr = proposer_of(s.spec_method);
   if (!pr) return {};  // unregistered since (a reload): decode plainly
   std::vector<int32_t> guess;
-  if (auto b = batched_guesses_.find(s.req.id); b != batched_guesses_.end()) guess = std::move(b->second);
-  else guess = (*pr)->propose(s.req.id, s.tokens, k);  // not gathered by propose_batched
+  if (auto b = batched_guesses_.find(s.req.id); b != batched_guesses_.end()) {
+    guess = std::move(b->second);
+  } else {  // not gathered by propose_batched
+    if (unmeasured_model(**pr)) {
+      if (model_try_step_ == next_step_) return {};  // another sequence tries it in this step
+      model_try_step_ = next_step_;
+    }
+    guess = (*pr)->propose(s.req.id, s.tokens, k);
+  }
   if (static_cast<int32_t>(guess.size()) > k) guess.resize(static_cast<size_t>(k));
   if (probe) {
     rule_probe_ = 0;  // tried, whether or not the proposer had a guess
@@ -148,6 +159,10 @@ void scheduler_state::propose_batched(uint64_t solo, int32_t n_running) {
     if (k <= 0) continue;
     auto pr = proposer_of(s.spec_method);
     if (!pr) continue;
+    if (unmeasured_model(**pr)) {
+      if (model_try_step_ == next_step_) continue;  // one sequence tries it first
+      model_try_step_ = next_step_;
+    }
     by_proposer[*pr].push_back({id, &s.tokens, s.n_prompt, k, {}});
   }
   for (auto& [p, reqs] : by_proposer) {

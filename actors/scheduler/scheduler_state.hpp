@@ -204,6 +204,9 @@ class scheduler_state {
   bool spec_pays(const seq& s, int32_t g, int32_t n_running, int32_t extra) const;
   // The proposer named `method`, made on first use.
   result<proposer*> proposer_of(const std::string& method);
+  // Whether p runs a model whose cost is not measured yet, under the cost rule: one sequence a
+  // step tries it (model_try_step_).
+  bool unmeasured_model(const proposer& p) const;
   // This step's guesses for every running sequence that may speculate in it, made with one
   // propose_batch call per proposer (a draft model then runs one forward per guessed position
   // for all of them) and kept in batched_guesses_ for proposal_for.
@@ -240,6 +243,7 @@ class scheduler_state {
   int32_t rule_refused_steps_ = 0;  // steps in which the cost rule refused a guess, since the last probe
   uint64_t last_refusal_step_ = 0;  // the plan that last counted in rule_refused_steps_
   uint64_t rule_probe_ = 0;         // the sequence to speculate next despite the rule (0: none)
+  uint64_t model_try_step_ = 0;     // the plan in which a sequence tried an unmeasured draft
   std::vector<uint64_t> suspects_;  // in the order they are run alone
   uint64_t next_step_ = 1;
   int64_t last_answer_us_ = 0;  // when the executor's last answer came (steps run one after another)

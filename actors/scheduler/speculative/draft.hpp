@@ -48,10 +48,15 @@ class draft_proposer final : public proposer {
   // g draft forwards at their measured mean wall time (one forward per guessed position, all of
   // a step's speculating sequences in it): counted whole for each sequence, which errs towards
   // not speculating when several share the forwards.
+  // Catch-up forwards of a long context (a new sequence's prompt) are not counted: they are paid
+  // once per sequence, not per guess, and one of them would make every later guess look dear.
   double guess_cost_us(int32_t g) const override { return forward_us_ * g; }
+  bool runs_model() const override { return true; }
 
   // For tests and benchmarks: draft forwards run so far, and the draft's own KV bookkeeping.
   int64_t forwards() const { return forwards_; }
+  // Context tokens fed to the draft to catch up (prompts, accepted tokens).
+  int64_t fed_tokens() const { return fed_tokens_; }
   const model::kv_manager& kv() const { return kv_; }
 
  private:
@@ -65,8 +70,9 @@ class draft_proposer final : public proposer {
   void forget(uint64_t seq);
   // Room for `seq` to hold n tokens, dropping idle sequences' K/V when needed.
   bool make_room(uint64_t seq, int32_t n, const std::vector<uint64_t>& busy);
-  // One forward; the argmax of each returned row in batch order, or nothing on an error.
-  std::vector<int32_t> forward_argmax(const model::batch& b);
+  // One forward; the argmax of each returned row in batch order, or nothing on an error. timed:
+  // its wall time moves forward_us_.
+  std::vector<int32_t> forward_argmax(const model::batch& b, bool timed);
 
   std::shared_ptr<model::llama_model> m_;
   std::unique_ptr<model::backend> be_;
@@ -76,6 +82,7 @@ class draft_proposer final : public proposer {
   std::unordered_map<uint64_t, seq_state> seqs_;
   uint64_t calls_ = 0;
   int64_t forwards_ = 0;
+  int64_t fed_tokens_ = 0;
   double forward_us_ = 0;  // moving average of one draft forward's wall time
 };
 

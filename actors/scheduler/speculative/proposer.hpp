@@ -97,6 +97,10 @@ class proposer {
     (void)g;
     return 0.0;
   }
+  // Whether guessing runs a model (a draft). Until its guess_cost_us is measured the cost rule
+  // lets one sequence a step try it: a first try over a whole batch would pay every sequence's
+  // catch-up (its context fed to the model) at once, before the rule could know it does not pay.
+  virtual bool runs_model() const { return false; }
   // The sequence ended (or was dropped) with these tokens, the first n_prompt of them its prompt.
   // Called on every proposer its scheduler has made, whichever method the sequence used: a
   // proposer that learns across requests keeps what it wants; per-sequence state is forgotten.
