@@ -13,9 +13,6 @@ namespace {
 // prompt shares the forward of the first guessed position with the others' one-token catch-ups,
 // up to this many tokens (longer prompts take more forwards).
 constexpr int32_t prefill_budget = 2048;
-// The most context tokens a sequence feeds in a catch-up that counts as part of guessing: what
-// the target accepted since the last guesses (k + 1 at most; speculative.k is 1..32).
-constexpr int32_t k_steady_feed = 33;
 
 std::string quoted(const std::string& s) { return "'" + s + "'"; }
 
@@ -103,12 +100,12 @@ bool draft_proposer::make_room(uint64_t seq, int32_t n, const std::vector<uint64
   return true;
 }
 
-std::vector<int32_t> draft_proposer::forward_argmax(const model::batch& b, bool timed) {
+std::vector<int32_t> draft_proposer::forward_argmax(const model::batch& b) {
   ++forwards_;
   const auto t0 = std::chrono::steady_clock::now();
   auto r = be_->forward(b);
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  if (timed) forward_us_ = forward_us_ == 0 ? us : 0.75 * forward_us_ + 0.25 * us;  // as step_cost weighs a new step
+  forward_us_ = forward_us_ == 0 ? us : 0.75 * forward_us_ + 0.25 * us;  // as step_cost weighs a new step
   if (!r) return {};
   std::vector<int32_t> out;
   out.reserve(r->seq_ids.size());
@@ -183,14 +180,8 @@ void draft_proposer::propose_batch(std::vector<proposal_request>& reqs) {
       in_batch.push_back(i);
       if (take == left) finishing.push_back(i);
     }
-    // A catch-up that only feeds what the target accepted since the last guesses (at most k + 1
-    // tokens a sequence) is part of guessing, timed; a prompt's is not (guess_cost_us).
-    bool steady = true;
-    for (const auto& bs : b.seqs) {
-      steady &= static_cast<int32_t>(bs.tokens.size()) <= k_steady_feed;
-      fed_tokens_ += static_cast<int64_t>(bs.tokens.size());
-    }
-    auto rows = forward_argmax(b, steady);
+    for (const auto& bs : b.seqs) fed_tokens_ += static_cast<int64_t>(bs.tokens.size());
+    auto rows = forward_argmax(b);
     if (rows.size() != finishing.size()) {
       failed = true;
       break;
@@ -228,7 +219,7 @@ void draft_proposer::propose_batch(std::vector<proposal_request>& reqs) {
       in_batch.push_back(i);
     }
     if (b.seqs.empty()) break;
-    auto rows = forward_argmax(b, true);
+    auto rows = forward_argmax(b);
     if (rows.size() != in_batch.size()) {
       failed = true;
       break;
