@@ -138,6 +138,8 @@ inline __m256i q6_half_sum(const __m256i (&q)[8], const int32_t* xb, int part, i
 
 // Rows 8h..8h+7 of a group against tokens [t, t + T): per block the exact integer dot product,
 // times d_w * d_x, plus (Q4_1, Q4_K) m_w * s_x, block after block: the AVX-512 kernels' order.
+// Its walk over the activations mirrors x16_tile in matmul_x16_avx512.cpp on purpose: kernel
+// files built with different -m flags share no inline code (detail/matmul_kernels.hpp).
 template <class L, int T>
 void x8_tile(const uint8_t* group, int h, const q8_acts& x, int64_t t, bool fetch, __m256 (&acc)[T]) {
   const int32_t* xq[T];

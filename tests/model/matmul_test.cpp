@@ -376,6 +376,27 @@ float fast_order_dot(ggml_type type, const uint8_t* row, const int8_t* q, const 
   return acc;
 }
 
+// y (n_tok rows of m.n_out, from activations x) is dot's arithmetic bit for bit: each token
+// quantized as the kernels quantize it, each output dot(its row, that token). label names the run.
+using order_dot_fn = float (*)(ggml_type, const uint8_t*, const int8_t*, const float*, const float*, int64_t);
+void expect_bits_of(order_dot_fn dot, ggml_type type, const matrix& m, const std::vector<float>& x, int64_t n_tok,
+                    const std::vector<float>& y, const std::string& label) {
+  const int64_t n_in = m.n_in, n_out = m.n_out, nb = n_in / 32;
+  std::vector<int8_t> q(static_cast<size_t>(n_in));
+  std::vector<float> dx(static_cast<size_t>(nb)), sx(static_cast<size_t>(nb));
+  std::vector<int32_t> sums(static_cast<size_t>(2 * nb));
+  for (int64_t t = 0; t < n_tok; ++t) {
+    d::quantize_acts_scalar(x.data() + t * n_in, n_in, q.data(), dx.data(), sx.data(), sums.data());
+    for (int64_t o = 0; o < n_out; ++o) {
+      const float want = dot(type, m.bytes.data() + o * m.stride, q.data(), dx.data(), sx.data(), nb);
+      const float got = y[static_cast<size_t>(t * n_out + o)];
+      ASSERT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
+          << label << " " << type_name(static_cast<uint32_t>(type)) << " n_in=" << n_in << " row " << o << " token "
+          << t << ": " << got << " vs " << want;
+    }
+  }
+}
+
 }  // namespace
 
 TEST(Matmul, BlockTypesSumInLlamaCppsOrderBitForBit) {
@@ -385,24 +406,12 @@ TEST(Matmul, BlockTypesSumInLlamaCppsOrderBitForBit) {
       const auto m = make_matrix(type, n_in, n_out, 77);
       for (int64_t n_tok : {1, 3, 16, 17}) {
         const auto x = activations(n_tok, n_in, 78);
-        const int64_t nb = n_in / 32;
-        std::vector<int8_t> q(static_cast<size_t>(n_in));
-        std::vector<float> dx(static_cast<size_t>(nb)), sx(static_cast<size_t>(nb));
-        std::vector<int32_t> sums(static_cast<size_t>(2 * nb));
         for (auto isa : supported_isas()) {
           if (isa == d::isa_kind::scalar) continue;
           std::vector<float> y(static_cast<size_t>(n_tok * n_out));
           d::matmul_with_isa(isa, m.view(), x.data(), n_tok, y.data(), pool);
-          for (int64_t t = 0; t < n_tok; ++t) {
-            d::quantize_acts_scalar(x.data() + t * n_in, n_in, q.data(), dx.data(), sx.data(), sums.data());
-            for (int64_t o = 0; o < n_out; ++o) {
-              const float want = ggml_order_dot(type, m.bytes.data() + o * m.stride, q.data(), dx.data(), sx.data(), nb);
-              const float got = y[static_cast<size_t>(t * n_out + o)];
-              ASSERT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
-                  << d::isa_name(isa) << " " << type_name(static_cast<uint32_t>(type)) << " n_in=" << n_in
-                  << " row " << o << " token " << t << ": " << got << " vs " << want;
-            }
-          }
+          expect_bits_of(ggml_order_dot, type, m, x, n_tok, y, d::isa_name(isa));
+          if (HasFatalFailure()) return;
         }
       }
     }
@@ -428,20 +437,8 @@ TEST(Matmul, FastOrderSumsWholeBlocksBitForBit) {
         const auto x = activations(n_tok, n_in, 92);
         std::vector<float> y(static_cast<size_t>(n_tok * n_out));
         matmul(w, x.data(), n_tok, y.data(), pool);
-        const int64_t nb = n_in / 32;
-        std::vector<int8_t> q(static_cast<size_t>(n_in));
-        std::vector<float> dx(static_cast<size_t>(nb)), sx(static_cast<size_t>(nb));
-        std::vector<int32_t> sums(static_cast<size_t>(2 * nb));
-        for (int64_t t = 0; t < n_tok; ++t) {
-          d::quantize_acts_scalar(x.data() + t * n_in, n_in, q.data(), dx.data(), sx.data(), sums.data());
-          for (int64_t o = 0; o < n_out; ++o) {
-            const float want = fast_order_dot(type, m.bytes.data() + o * m.stride, q.data(), dx.data(), sx.data(), nb);
-            const float got = y[static_cast<size_t>(t * n_out + o)];
-            ASSERT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
-                << type_name(static_cast<uint32_t>(type)) << " n_in=" << n_in << " row " << o << " token " << t
-                << ": " << got << " vs " << want;
-          }
-        }
+        expect_bits_of(fast_order_dot, type, m, x, n_tok, y, "fast");
+        if (HasFatalFailure()) return;
         expect_close_to_reference(m, x, n_tok, y, true, std::string("fast ") + type_name(static_cast<uint32_t>(type)));
       }
     }
@@ -463,26 +460,14 @@ TEST(Matmul, FastOrderIsTheSameOnEveryIsa) {
     w.packed = packed.bytes.get();
     for (int64_t n_tok : {1, 5, 18}) {
       const auto x = activations(n_tok, n_in, 94);
-      const int64_t nb = n_in / 32;
-      std::vector<int8_t> q(static_cast<size_t>(n_in));
-      std::vector<float> dx(static_cast<size_t>(nb)), sx(static_cast<size_t>(nb));
-      std::vector<int32_t> sums(static_cast<size_t>(2 * nb));
       int isas = 0;
       for (auto isa : supported_isas()) {
         if (isa == d::isa_kind::scalar) continue;  // scalar reads the rows as stored (llama.cpp order)
         ++isas;
         std::vector<float> y(static_cast<size_t>(n_tok * n_out));
         d::matmul_with_isa(isa, w, x.data(), n_tok, y.data(), pool);
-        for (int64_t t = 0; t < n_tok; ++t) {
-          d::quantize_acts_scalar(x.data() + t * n_in, n_in, q.data(), dx.data(), sx.data(), sums.data());
-          for (int64_t o = 0; o < n_out; ++o) {
-            const float want = fast_order_dot(type, m.bytes.data() + o * m.stride, q.data(), dx.data(), sx.data(), nb);
-            const float got = y[static_cast<size_t>(t * n_out + o)];
-            ASSERT_EQ(std::memcmp(&want, &got, sizeof(float)), 0)
-                << d::isa_name(isa) << " " << type_name(static_cast<uint32_t>(type)) << " row " << o << " token " << t
-                << ": " << got << " vs " << want;
-          }
-        }
+        expect_bits_of(fast_order_dot, type, m, x, n_tok, y, std::string("fast, ") + d::isa_name(isa));
+        if (HasFatalFailure()) return;
       }
       EXPECT_GE(isas, 1);
     }
