@@ -7,6 +7,7 @@
 #include "app/version.hpp"
 #include "model/matmul.hpp"
 #include "model/matmul_amx.hpp"
+#include "model/paged_attention.hpp"
 #ifdef TROUPE_HAVE_CUDA
 #include "gpu/device_info.hpp"
 #endif
@@ -24,6 +25,8 @@ troupe::app::register_command reg("info", "Show build and machine capabilities",
     std::printf("matmul: %s (fast order: %s); %s\n", troupe::model::matmul_isa(),
                 fast ? "available" : "not available, it needs AVX2 or AVX-512 VNNI; llama.cpp's order runs",
                 troupe::model::amx_path_line().c_str());
+    const bool q8 = troupe::model::kv_q8_supported(64) || troupe::model::kv_q8_supported(128);
+    std::printf("q8 K/V: %s\n", q8 ? "available (head size 64 or 128)" : "not available, it needs AVX-512 VNNI");
 #ifdef TROUPE_HAVE_CUDA
     auto d = troupe::gpu::query_devices();
     std::printf("cuda backend: built; %s\n", d.count ? d.summary.c_str() : d.summary.c_str());
