@@ -18,8 +18,11 @@ result<proposer*> scheduler_state::proposer_of(const std::string& method) {
   return it->second.get();
 }
 
-bool scheduler_state::unmeasured_model(const proposer& p) const {
-  return cfg_.speculative.cost_rule && p.runs_model() && p.guess_cost_us(1) <= 0;
+bool scheduler_state::may_try(const proposer& p) {
+  if (!cfg_.speculative.cost_rule || !p.runs_model() || p.guess_cost_us(1) > 0) return true;  // measured, or no rule
+  if (model_try_step_ == next_step_) return false;  // another sequence tries it in this step
+  model_try_step_ = next_step_;
+  return true;
 }
 
 bool scheduler_state::spec_allowed(const seq& s, int32_t n_running) const {
@@ -123,10 +126,7 @@ std::vector<int32_t> scheduler_state::proposal_for(seq& s, int32_t room, int32_t
   if (auto b = batched_guesses_.find(s.req.id); b != batched_guesses_.end()) {
     guess = std::move(b->second);
   } else {  // not gathered by propose_batched
-    if (unmeasured_model(**pr)) {
-      if (model_try_step_ == next_step_) return {};  // another sequence tries it in this step
-      model_try_step_ = next_step_;
-    }
+    if (!may_try(**pr)) return {};
     guess = (*pr)->propose(s.req.id, s.tokens, k);
   }
   if (static_cast<int32_t>(guess.size()) > k) guess.resize(static_cast<size_t>(k));
@@ -159,10 +159,7 @@ void scheduler_state::propose_batched(uint64_t solo, int32_t n_running) {
     if (k <= 0) continue;
     auto pr = proposer_of(s.spec_method);
     if (!pr) continue;
-    if (unmeasured_model(**pr)) {
-      if (model_try_step_ == next_step_) continue;  // one sequence tries it first
-      model_try_step_ = next_step_;
-    }
+    if (!may_try(**pr)) continue;
     by_proposer[*pr].push_back({id, &s.tokens, s.n_prompt, k, {}});
   }
   for (auto& [p, reqs] : by_proposer) {

@@ -204,9 +204,10 @@ class scheduler_state {
   bool spec_pays(const seq& s, int32_t g, int32_t n_running, int32_t extra) const;
   // The proposer named `method`, made on first use.
   result<proposer*> proposer_of(const std::string& method);
-  // Whether p runs a model whose cost is not measured yet, under the cost rule: one sequence a
-  // step tries it (model_try_step_).
-  bool unmeasured_model(const proposer& p) const;
+  // Whether a sequence may ask p for guesses in this plan: under the cost rule, a proposer that
+  // runs a model whose cost is not measured yet is tried by one sequence a step (model_try_step_;
+  // a true answer for it takes that step's try).
+  bool may_try(const proposer& p);
   // This step's guesses for every running sequence that may speculate in it, made with one
   // propose_batch call per proposer (a draft model then runs one forward per guessed position
   // for all of them) and kept in batched_guesses_ for proposal_for.

@@ -221,8 +221,7 @@ void register_shapes() {
   };
   for (auto [isa, fast] : paths) {
     for (const auto& s : shapes) {
-      const std::string name =
-          "BM_matmul/" + path_name(isa, fast) + "/" + s.name;
+      const std::string name = "BM_matmul/" + path_name(isa, fast) + "/" + s.name;
       auto* b = benchmark::RegisterBenchmark(name.c_str(), [s, isa, fast](benchmark::State& st) {
         run_matmul(st, s.type, s.n_in, s.n_out, isa, fast);
       });
