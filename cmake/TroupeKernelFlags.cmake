@@ -2,7 +2,8 @@
 # build (gpu/check): the engine is compiled for AVX + FMA + F16C, and each kernel file for the
 # ISA it is chosen for at run time (model/matmul.cpp checks the CPU before calling it).
 function(troupe_kernel_flags root)
-  set_source_files_properties(${root}/model/matmul_avx2.cpp ${root}/model/matmul_x16_avx2.cpp PROPERTIES
+  set_source_files_properties(${root}/model/matmul_avx2.cpp ${root}/model/matmul_x16_avx2.cpp
+    ${root}/model/attention_avx2.cpp PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
   set_source_files_properties(${root}/model/matmul_avx512.cpp ${root}/model/matmul_x16_avx512.cpp PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni")

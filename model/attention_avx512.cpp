@@ -19,6 +19,7 @@
 #include "model/detail/attention_avx512.hpp"
 #include "model/detail/avx512_lanes.hpp"
 #include "model/detail/dpbusd_bcast.hpp"
+#include "model/detail/kv_prefetch.hpp"
 
 namespace troupe::model::detail {
 
@@ -48,69 +49,6 @@ struct q8_kv {
   static constexpr bool kScaled = true;
   static __m512 load16(const type* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-  }
-};
-
-// Rows k_ahead_bytes on are fetched while this one is read: a KV head's rows are contiguous only
-// within a block, and blocks lie anywhere in the pool, so the hardware prefetcher restarts at
-// every block; one row per position (2 lines at 64 fp16 values, 1 in q8) spreads the requests.
-// A fixed distance in bytes keeps as many lines in flight whatever the row's size. 8 KB: batch 16
-// over fp16 K/V ~8% faster than 4 KB on a Zen 5 EPYC (troupe_attention_bench, 3 alternating runs),
-// batch 1 the same; 16 KB no better than 8.
-constexpr int32_t k_ahead_bytes = 8192;
-
-// Each line of a row of Bytes, as straight-line code (GCC 12 dropped the prefetches when they
-// were written as a loop; troupe_attention_bench shows the difference).
-template <size_t Off, size_t Bytes>
-inline void prefetch_lines(const char* p) {
-  _mm_prefetch(p + Off, _MM_HINT_T0);
-  if constexpr (Off + 64 < Bytes) prefetch_lines<Off + 64, Bytes>(p);
-}
-
-template <int HD, class T>
-inline void prefetch_row(const T* row) {
-  prefetch_lines<0, HD * sizeof(T)>(reinterpret_cast<const char*>(row));
-}
-
-// The rows k_ahead positions past a walk over K's rows of the context and then V's, one position
-// per next(), and (q8) their scales, a line of 16 at a time. The first k_ahead rows of K are
-// fetched when the walk starts, and V's first rows while K's last are read, so neither pass starts
-// on rows not yet asked for. The block and slot advance by counting (no division per position).
-template <int HD, class T>
-struct prefetch_cursor {
-  static constexpr int32_t k_ahead = k_ahead_bytes / (HD * sizeof(T));
-  const kv_layer_view& kv;
-  const int32_t* block_table;
-  int kv_head;
-  int32_t n_ctx;
-  const T* base;        // the rows being fetched: K's, then V's
-  const float* scales;  // q8: their scales (they lie apart from the codes), else null
-  const T* v_base;
-  const float* v_scales;
-  int32_t pos = 0, block = 0, slot = 0;  // the next row to fetch
-  bool done = false;
-  prefetch_cursor(const kv_layer_view& v, const int32_t* bt, int h, int32_t n, const T* k, const float* k_sc,
-                  const T* vb, const float* v_sc)
-      : kv(v), block_table(bt), kv_head(h), n_ctx(n), base(k), scales(k_sc), v_base(vb), v_scales(v_sc) {
-    for (int32_t i = 0; i < k_ahead; ++i) next();
-  }
-  void next() {
-    if (done) return;
-    const int64_t off = kv.offset(block_table[block], kv_head, slot);
-    prefetch_row<HD>(base + off);
-    if (scales && slot % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(scales + off / HD), _MM_HINT_T0);
-    if (++slot == kv.block_size) {
-      slot = 0;
-      ++block;
-    }
-    if (++pos < n_ctx) return;
-    if (base == v_base) {
-      done = true;
-      return;
-    }
-    base = v_base;
-    scales = v_scales;
-    pos = block = slot = 0;
   }
 };
 
@@ -446,12 +384,6 @@ void merge_parts_avx512(const float* parts, const float* stats, int n_parts, int
     float* o = out + static_cast<int64_t>(h) * head_dim;
     for (int i = 0; i < R; ++i) _mm512_storeu_ps(o + 16 * i, _mm512_mul_ps(acc[i], inv));
   }
-}
-
-void attend_avx512(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
-                   int group, float scale, float* out, float* scratch) {
-  attend_avx512_group(q, kv, block_table, n_ctx, kv_head, group, scale, out + static_cast<int64_t>(kv_head) * group * kv.head_dim,
-                      scratch, nullptr);
 }
 
 void attend_avx512_group(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/cpu_ops.hpp"
+#include "model/detail/attention_avx2.hpp"
 #include "model/detail/attention_avx512.hpp"
 #include "model/quant.hpp"
 
@@ -61,7 +62,34 @@ bool cpu_has_avx512() {
   return avx512;
 }
 
-// q8 rows are only stored here; model/attention_avx512.cpp reads them.
+// What model/attention_avx2.cpp is compiled for.
+bool cpu_has_avx2() {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+  return avx2;
+}
+
+// Which build of the fast kernel attends over a view: the AVX-512 one where the CPU has it (and,
+// for q8 K, VNNI, which scores it), else the AVX2 one. Both give the same bits.
+enum class fast_kernel { none, avx2, avx512 };
+
+fast_kernel fast_kernel_for(kv_dtype dtype, int head_dim) {
+  kv_layer_view probe;
+  probe.head_dim = head_dim;
+  if (!detail::attend_avx512_fits(probe)) return fast_kernel::none;  // (the AVX2 kernel fits the same sizes)
+  static const bool vnni = __builtin_cpu_supports("avx512vnni");
+  if (cpu_has_avx512() && (dtype != kv_dtype::q8 || vnni)) return fast_kernel::avx512;
+  return cpu_has_avx2() ? fast_kernel::avx2 : fast_kernel::none;
+}
+
+void attend_fast(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx, int kv_head,
+                 int group, float scale, float* og, float* scratch, float* stats) {
+  if (fast_kernel_for(kv.dtype, kv.head_dim) == fast_kernel::avx512)
+    detail::attend_avx512_group(q, kv, block_table, n_ctx, kv_head, group, scale, og, scratch, stats);
+  else
+    detail::attend_avx2_group(q, kv, block_table, n_ctx, kv_head, group, scale, og, scratch, stats);
+}
+
+// q8 rows are only stored here; the fast kernels read them.
 struct q8_elems {
   using type = int8_t;
   // Int8 codes and a scale (max |x| / 127). A row too small for 1 / scale to be finite is stored
@@ -69,6 +97,7 @@ struct q8_elems {
   // memory would keep it.
   static void store(type* dst, const float* src, int n, float* scale) {
     if (n % 16 == 0 && cpu_has_avx512()) return detail::quantize_row_q8(src, n, dst, scale);
+    if (n % 8 == 0 && cpu_has_avx2()) return detail::quantize_row_q8_avx2(src, n, dst, scale);
     float amax = 0.0f;
     bool finite = true;
     for (int i = 0; i < n; ++i) {
@@ -316,18 +345,11 @@ void attend_plain(const float* q, const kv_layer_view& kv, const int32_t* block_
 }
 
 
-bool fast_kernel_fits(int head_dim) {
-  kv_layer_view probe;
-  probe.head_dim = head_dim;
-  return cpu_has_avx512() && detail::attend_avx512_fits(probe);
-}
+bool fast_kernel_fits(int head_dim) { return fast_kernel_for(kv_dtype::f16, head_dim) != fast_kernel::none; }
 
 }  // namespace
 
-bool kv_q8_supported(int head_dim) {
-  static const bool vnni = __builtin_cpu_supports("avx512vnni");  // q8 K is scored by VPDPBUSD
-  return vnni && fast_kernel_fits(head_dim);
-}
+bool kv_q8_supported(int head_dim) { return fast_kernel_for(kv_dtype::q8, head_dim) != fast_kernel::none; }
 
 bool kv_k_by_column(kv_dtype dtype, int head_dim, bool fast_order) {
   if (dtype == kv_dtype::q8) return head_dim % 4 == 0;
@@ -377,13 +399,13 @@ void paged_attention_part(const float* q, const kv_layer_view& kv, const int32_t
   const int32_t p0 = part * split.part_len;
   const int32_t n = std::min(n_ctx, p0 + split.part_len) - p0;
   // A part starts on a block boundary, so it is the query over its own blocks.
-  detail::attend_avx512_group(q, kv, block_table + p0 / kv.block_size, n, kv_head, group, scale, out_part, scratch,
-                              stats);
+  attend_fast(q, kv, block_table + p0 / kv.block_size, n, kv_head, group, scale, out_part, scratch, stats);
 }
 
 void merge_attention_parts(const float* parts, const float* stats, int n_parts, int group, int head_dim, float* out) {
-  // Only split queries are merged, and only the fast kernel splits: its CPU has AVX-512.
-  detail::merge_parts_avx512(parts, stats, n_parts, group, head_dim, out);
+  // Only split queries are merged, and only the fast kernel splits: its CPU has AVX2 at least.
+  if (cpu_has_avx512()) detail::merge_parts_avx512(parts, stats, n_parts, group, head_dim, out);
+  else detail::merge_parts_avx2(parts, stats, n_parts, group, head_dim, out);
 }
 
 void paged_attention_group(const float* q, const kv_layer_view& kv, const int32_t* block_table, int32_t n_ctx,
@@ -394,7 +416,8 @@ void paged_attention_group(const float* q, const kv_layer_view& kv, const int32_
     return;
   }
   if (runs_fast_kernel(kv, order))
-    return detail::attend_avx512(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
+    return attend_fast(q, kv, block_table, n_ctx, kv_head, group, scale,
+                       out + static_cast<int64_t>(kv_head) * group * kv.head_dim, scratch, nullptr);
   // q8 has one kernel (the fast order's) whatever the order asked; without it, plain loops.
   if (kv.dtype == kv_dtype::q8) return attend_plain(q, kv, block_table, n_ctx, kv_head, group, scale, out, scratch);
   // K by column is read by the fast kernel (kv_k_by_column says when a view is laid out so).

@@ -7,9 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "model/detail/attention_avx2.hpp"
+#include "model/detail/attention_avx512.hpp"
 #include "model/quant.hpp"
 
 using namespace troupe::model;
@@ -318,6 +322,232 @@ TEST(PagedAttention, StoringHeadByHeadWritesWhatKvStoreWrites) {
       EXPECT_EQ(whole.ks, by_head.ks) << what;
       EXPECT_EQ(whole.vs, by_head.vs) << what;
     }
+}
+
+}  // namespace
+
+namespace {
+
+// The fast order's arithmetic stated plainly, one value at a time (what model/attention_avx512.cpp
+// and model/attention_avx2.cpp compute lane by lane). This file is built without FMA flags, so
+// nothing below is contracted: every fused multiply-add is a std::fma.
+
+// ggml's exp (model/detail/avx_exp.hpp).
+float ggml_exp(float x) {
+  const float z = std::fma(x, 0x1.715476p+0f, 0x1.8p23f);
+  const float n = z - 0x1.8p23f;
+  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+  const float u = b * b;
+  const float hi = std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f);
+  const float mid = std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f);
+  const float lo = std::fma(0x1.ffffecp-1f, b, 1.0f);
+  const float j = std::fma(std::fma(hi, u, mid), u, lo);
+  if (std::isnan(n)) return j;
+  if (std::fabs(n) > 192.0f) return n > 0.0f ? INFINITY : 0.0f;
+  return std::ldexp(j, static_cast<int>(n));
+}
+
+// 16 lanes reduced as _mm512_reduce_add_ps does: upper 8 + lower 8, 4 + 4, then 0+2 and 1+3.
+float reduce16(const float (&l)[16]) {
+  float t[8];
+  for (int i = 0; i < 8; ++i) t[i] = l[i + 8] + l[i];
+  float f[4];
+  for (int i = 0; i < 4; ++i) f[i] = t[i + 4] + t[i];
+  return (f[0] + f[2]) + (f[1] + f[3]);
+}
+
+// 16 lanes reduced as the kernels' transposing reduction does: per 4 lanes (0 + 2) + (1 + 3),
+// then pairs of those, then the two halves.
+float transpose_sum16(const float (&l)[16]) {
+  float s[4];
+  for (int k = 0; k < 4; ++k) s[k] = (l[4 * k] + l[4 * k + 2]) + (l[4 * k + 1] + l[4 * k + 3]);
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// One KV head's group in the fast order: outputs (group * head_dim) and each head's (max, sum).
+void fast_order_plainly(const float* q, const kv_layer_view& kv, const int32_t* table, int32_t n_ctx, int g,
+                        int group, float scale, float* out, float* stats) {
+  const int hd = kv.head_dim;
+  auto row_of = [&](int32_t p) { return kv.offset(table[p / kv.block_size], g, p % kv.block_size); };
+  auto k_at = [&](int32_t p, int i) { return kv.k_index(table[p / kv.block_size], g, p % kv.block_size, i); };
+  auto k_value = [&](int32_t p, int i) -> float {
+    if (kv.dtype == kv_dtype::f32) return static_cast<const float*>(kv.k)[k_at(p, i)];
+    return fp16_to_fp32(static_cast<const uint16_t*>(kv.k)[k_at(p, i)]);
+  };
+  auto v_value = [&](int32_t p, int i) -> float {
+    const int64_t at = row_of(p) + i;
+    if (kv.dtype == kv_dtype::f32) return static_cast<const float*>(kv.v)[at];
+    if (kv.dtype == kv_dtype::q8) return static_cast<float>(static_cast<const int8_t*>(kv.v)[at]);
+    return fp16_to_fp32(static_cast<const uint16_t*>(kv.v)[at]);
+  };
+  for (int h = 0; h < group; ++h) {
+    const float* qh = q + (static_cast<int64_t>(g) * group + h) * hd;
+    std::vector<float> s(static_cast<size_t>(n_ctx));
+    // q8: the query's codes and scale per 32 values, as q8 rows are quantized
+    std::vector<int> qc(static_cast<size_t>(hd));
+    std::vector<float> qd(static_cast<size_t>(hd / 32));
+    if (kv.dtype == kv_dtype::q8)
+      for (int b = 0; b < hd / 32; ++b) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(qh[32 * b + i]));
+        qd[static_cast<size_t>(b)] = amax / 127.0f;
+        const float id = amax > 0.0f ? 1.0f / qd[static_cast<size_t>(b)] : 0.0f;
+        for (int i = 0; i < 32; ++i) qc[static_cast<size_t>(32 * b + i)] = static_cast<int>(std::nearbyint(qh[32 * b + i] * id));
+      }
+    for (int32_t p = 0; p < n_ctx; ++p) {
+      float score;
+      if (kv.dtype == kv_dtype::q8) {  // exact block dot products, then the scales
+        float acc = 0.0f;
+        for (int b = 0; b < hd / 32; ++b) {
+          int dot = 0;
+          for (int i = 32 * b; i < 32 * b + 32; ++i)
+            dot += (static_cast<int>(static_cast<const uint8_t*>(kv.k)[k_at(p, i)]) - 128) * qc[static_cast<size_t>(i)];
+          acc = b == 0 ? static_cast<float>(dot) * qd[0] : std::fma(static_cast<float>(dot), qd[static_cast<size_t>(b)], acc);
+        }
+        score = acc * (kv.k_scale[row_of(p) / hd] * scale);
+      } else if (kv.k_by_column) {  // four FMA chains over the values, d % 4 apart
+        float a[4] = {0, 0, 0, 0};
+        for (int d = 0; d < hd; ++d) a[d % 4] = std::fma(k_value(p, d), qh[d], a[d % 4]);
+        score = ((a[0] + a[1]) + (a[2] + a[3])) * scale;
+      } else {  // 16 lanes, value i in lane i % 16, then the transposing reduction
+        float l[16];
+        for (int i = 0; i < 16; ++i) l[i] = k_value(p, i) * qh[i];
+        for (int i = 16; i < hd; ++i) l[i % 16] = std::fma(k_value(p, i), qh[i], l[i % 16]);
+        score = transpose_sum16(l) * scale;
+      }
+      s[static_cast<size_t>(p)] = score;
+    }
+    float mx = s[0];
+    for (float x : s) mx = std::max(mx, x);
+    float lanes[16] = {};
+    for (int32_t p = 0; p < n_ctx; ++p) lanes[p % 16] += (s[static_cast<size_t>(p)] = ggml_exp(s[static_cast<size_t>(p)] - mx));
+    const float total = reduce16(lanes);
+    stats[2 * h] = mx;
+    stats[2 * h + 1] = total;
+    const float inv = 1.0f / total;
+    for (int i = 0; i < hd; ++i) {
+      float acc = 0.0f;
+      for (int32_t p = 0; p < n_ctx; ++p) {
+        float w = s[static_cast<size_t>(p)];
+        if (kv.dtype == kv_dtype::q8) w *= kv.v_scale[row_of(p) / hd];
+        acc = std::fma(w, v_value(p, i), acc);
+      }
+      out[static_cast<int64_t>(h) * hd + i] = acc * inv;
+    }
+  }
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// The fast order gives the same bits on every CPU: the AVX2 and AVX-512 builds of its kernel (each
+// where this CPU runs it; an AVX-512 CI host runs both) against the plain statement above, for
+// every storage type and layout, head sizes 64 and 128, groups that fill passes of 3 and 4 heads
+// or not, contexts ending mid-chunk, blocks of 8, 16, 20 and 32; then a split query's parts and
+// their merge.
+TEST(PagedAttention, FastOrderIsTheSameOnEveryIsa) {
+  struct kernel {
+    const char* name;
+    bool runs;
+    void (*attend)(const float*, const kv_layer_view&, const int32_t*, int32_t, int, int, float, float*, float*, float*);
+    void (*merge)(const float*, const float*, int, int, int, float*);
+  };
+  const bool f16c_fma = __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx");
+  const bool avx512 = f16c_fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  const kernel kernels[] = {
+      {"avx2", f16c_fma && __builtin_cpu_supports("avx2"), troupe::model::detail::attend_avx2_group,
+       troupe::model::detail::merge_parts_avx2},
+      {"avx512", avx512, troupe::model::detail::attend_avx512_group, troupe::model::detail::merge_parts_avx512},
+  };
+  if (!kernels[0].runs && !kernels[1].runs) GTEST_SKIP() << "no fast attention kernel on this CPU";
+  const attention_case cases[] = {
+      {3, 64, 3, 16, 1},  {3, 64, 3, 16, 45}, {2, 64, 5, 16, 77}, {4, 64, 1, 8, 9},   {2, 64, 7, 32, 150},
+      {1, 128, 3, 16, 33}, {2, 128, 4, 32, 70}, {2, 64, 3, 20, 61}, {1, 64, 4, 16, 300},
+  };
+  struct layout {
+    kv_dtype dt;
+    bool by_column;
+  };
+  const layout layouts[] = {{kv_dtype::f16, true}, {kv_dtype::f16, false}, {kv_dtype::f32, false}, {kv_dtype::q8, true}};
+  int compared = 0;
+  for (const auto& c : cases)
+    for (const auto& l : layouts) {
+      std::mt19937 rng(static_cast<unsigned>(c.n_ctx * 17 + c.group));
+      std::normal_distribution<float> d(0.0f, 1.5f);
+      const int kvd = c.n_kv_heads * c.head_dim, n_q = c.n_kv_heads * c.group;
+      const int n_blocks = (c.n_ctx + c.block_size - 1) / c.block_size;
+      std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+      for (int b = 0; b < n_blocks; ++b) table[static_cast<size_t>(b)] = (b * 5 + 3) % n_blocks;  // scattered
+      const size_t rows = static_cast<size_t>(n_blocks) * c.block_size * c.n_kv_heads;
+      std::vector<uint8_t> kmem(rows * c.head_dim * kv_elem_size(l.dt)), vmem(kmem.size());
+      std::vector<float> ks(rows), vs(rows);
+      kv_layer_view kv;
+      kv.k = kmem.data();
+      kv.v = vmem.data();
+      kv.dtype = l.dt;
+      if (l.dt == kv_dtype::q8) {
+        kv.k_scale = ks.data();
+        kv.v_scale = vs.data();
+      }
+      kv.n_kv_heads = c.n_kv_heads;
+      kv.head_dim = c.head_dim;
+      kv.block_size = c.block_size;
+      kv.k_by_column = l.by_column;
+      std::vector<float> K(static_cast<size_t>(kvd)), V(K.size());
+      for (int p = 0; p < c.n_ctx; ++p) {
+        for (auto& x : K) x = d(rng);
+        for (auto& x : V) x = d(rng);
+        kv_store(kv, table.data(), p, K.data(), V.data());
+      }
+      std::vector<float> q(static_cast<size_t>(n_q) * c.head_dim);
+      for (auto& x : q) x = d(rng);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      const std::string what = std::string(l.dt == kv_dtype::f16 ? "f16" : l.dt == kv_dtype::q8 ? "q8" : "f32") +
+                               (l.by_column ? " by column" : " by row") + ", head_dim " + std::to_string(c.head_dim) +
+                               ", group " + std::to_string(c.group) + ", n_ctx " + std::to_string(c.n_ctx) +
+                               ", blocks of " + std::to_string(c.block_size);
+      const size_t group_out = static_cast<size_t>(c.group) * c.head_dim;
+      std::vector<float> want(group_out), want_stats(2 * static_cast<size_t>(c.group));
+      std::vector<float> got(group_out), got_stats(want_stats.size()), scratch(static_cast<size_t>(c.n_ctx) * c.group);
+      for (const auto& k : kernels) {
+        if (!k.runs || (l.dt == kv_dtype::q8 && k.attend == troupe::model::detail::attend_avx512_group &&
+                        !__builtin_cpu_supports("avx512vnni")))
+          continue;
+        for (int g = 0; g < c.n_kv_heads; ++g) {
+          fast_order_plainly(q.data(), kv, table.data(), c.n_ctx, g, c.group, scale, want.data(), want_stats.data());
+          k.attend(q.data(), kv, table.data(), c.n_ctx, g, c.group, scale, got.data(), scratch.data(), got_stats.data());
+          int wrong = 0;
+          for (size_t i = 0; i < group_out; ++i) wrong += !same_bits(got[i], want[i]);
+          for (size_t i = 0; i < got_stats.size(); ++i) wrong += !same_bits(got_stats[i], want_stats[i]);
+          EXPECT_EQ(wrong, 0) << k.name << ": " << what << ", KV head " << g << " (first output " << got[0]
+                              << " against " << want[0] << ")";
+          ++compared;
+        }
+        // A split query: its parts are each the plain statement over their own blocks, and the
+        // merge is the same on every ISA.
+        const attention_split sp = split_attention(kv, attention_order::fast, c.n_ctx);
+        if (sp.n_parts == 1) continue;
+        std::vector<float> parts(static_cast<size_t>(sp.n_parts) * group_out), stats(2 * sp.n_parts * c.group);
+        for (int p = 0; p < sp.n_parts; ++p) {
+          const int32_t p0 = p * sp.part_len, n = std::min(c.n_ctx, p0 + sp.part_len) - p0;
+          k.attend(q.data(), kv, table.data() + p0 / c.block_size, n, 0, c.group, scale, parts.data() + p * group_out,
+                   scratch.data(), stats.data() + 2 * p * c.group);
+          fast_order_plainly(q.data(), kv, table.data() + p0 / c.block_size, n, 0, c.group, scale, want.data(),
+                             want_stats.data());
+          EXPECT_TRUE(std::equal(want.begin(), want.end(), parts.begin() + p * group_out, same_bits))
+              << k.name << ": " << what << ", part " << p;
+        }
+        std::vector<float> merged(group_out), merged_by_other(group_out);
+        k.merge(parts.data(), stats.data(), sp.n_parts, c.group, c.head_dim, merged.data());
+        for (const auto& other : kernels) {
+          if (!other.runs) continue;
+          other.merge(parts.data(), stats.data(), sp.n_parts, c.group, c.head_dim, merged_by_other.data());
+          EXPECT_TRUE(std::equal(merged.begin(), merged.end(), merged_by_other.begin(), same_bits))
+              << k.name << " and " << other.name << " merge differently: " << what;
+        }
+      }
+    }
+  EXPECT_GT(compared, 0);
 }
 
 }  // namespace
