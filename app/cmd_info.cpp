@@ -26,7 +26,7 @@ troupe::app::register_command reg("info", "Show build and machine capabilities",
                 fast ? "available" : "not available, it needs AVX2 or AVX-512 VNNI; llama.cpp's order runs",
                 troupe::model::amx_path_line().c_str());
     const bool q8 = troupe::model::kv_q8_supported(64) || troupe::model::kv_q8_supported(128);
-    std::printf("q8 K/V: %s\n", q8 ? "available (head size 64 or 128)" : "not available, it needs AVX-512 VNNI");
+    std::printf("q8 K/V: %s\n", q8 ? "available (head size 64 or 128)" : "not available, it needs AVX2 or AVX-512");
 #ifdef TROUPE_HAVE_CUDA
     auto d = troupe::gpu::query_devices();
     std::printf("cuda backend: built; %s\n", d.count ? d.summary.c_str() : d.summary.c_str());

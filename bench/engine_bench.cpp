@@ -317,7 +317,7 @@ int run_bench_engine(const bench_options& o) {
   std::vector<std::pair<matmul_order, bool>> configs;
   for (auto order : orders)
     if (o.kv != "q8") configs.emplace_back(order, false);
-  if (o.kv != "f16") {  // q8 K/V needs AVX-512 only: without the fast kernels, in llama.cpp's order
+  if (o.kv != "f16") {  // q8 K/V needs the fast attention kernel only: without the fast matmul, in llama.cpp's order
     const bool fast = std::find(orders.begin(), orders.end(), matmul_order::fast) != orders.end() &&
                       fast_order_available();
     configs.emplace_back(fast ? matmul_order::fast : matmul_order::llama_cpp, true);

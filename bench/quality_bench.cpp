@@ -88,7 +88,7 @@ quality_figures measure_quality(const model::loaded_model& lm, const std::string
       continue;
     }
     if (p.kv_q8 && !model::kv_q8_supported(hp.head_dim)) {
-      q.notes.push_back(std::string("no row for ") + p.name + ": q8 K/V needs AVX-512 VNNI and a head size of 64 or 128 "
+      q.notes.push_back(std::string("no row for ") + p.name + ": q8 K/V needs AVX2 or AVX-512 and a head size of 64 or 128 "
                         "(matmul path " + model::matmul_isa() + ", head size " + std::to_string(hp.head_dim) + ")");
       continue;
     }

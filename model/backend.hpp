@@ -56,7 +56,7 @@ struct backend_options {
   int32_t block_size = 16;            // tokens per KV block
   int64_t kv_bytes = 256ll << 20;     // KV memory budget, allocated once at start
   bool kv_f32 = false;                // K/V in f32 instead of fp16 (twice the memory; bit-closer to f32 references)
-  bool kv_q8 = false;                 // cpu: K/V as int8 rows with a scale each (~half of fp16; AVX-512)
+  bool kv_q8 = false;                 // cpu: K/V as int8 rows with a scale each (~half of fp16; AVX2 or AVX-512)
   bool cuda_graphs = true;            // cuda: replay decode steps as CUDA graphs per batch-size bucket
   matmul_order matmul = matmul_order::llama_cpp;  // cpu: quantized matmul summation order (see matmul.hpp)
 };

@@ -40,7 +40,7 @@ result<std::unique_ptr<backend>> cpu_backend::create(std::shared_ptr<llama_model
   const auto& hp = m->params();
   if (o.kv_f32 && o.kv_q8) return make_error("kv memory is either f32 or q8 (kv.f32, kv.q8), not both");
   if (o.kv_q8 && !kv_q8_supported(hp.head_dim))
-    return make_error("q8 kv memory needs a CPU with AVX-512 VNNI and a head size of 64 or 128 (this model's: " +
+    return make_error("q8 kv memory needs a CPU with AVX2 (or AVX-512) and a head size of 64 or 128 (this model's: " +
                       std::to_string(hp.head_dim) + ")");
   const size_t per_block = static_cast<size_t>(o.block_size) * kv_token_bytes(hp, kv_type_of(o));
   const auto n_blocks = static_cast<int64_t>(static_cast<size_t>(o.kv_bytes) / per_block);

@@ -43,12 +43,12 @@ struct kv_layer_view {
   }
 };
 
-// Whether this CPU attends over q8 K/V at this head size (AVX-512, head size 64 or 128): q8
+// Whether this CPU attends over q8 K/V at this head size (AVX2 or AVX-512, head size 64 or 128): q8
 // memory has only the fast order's kernel, which paged_attention_group then always uses.
 bool kv_q8_supported(int head_dim);
 
 // Whether K memory of this type is laid out by column: for q8 whenever head_dim is a multiple of 4
-// (the layout's groups), for fp16 when the fast order runs its AVX-512 kernel on this CPU (the
+// (the layout's groups), for fp16 when the fast order runs its fast kernel on this CPU (the
 // llama.cpp orders read rows); never for f32. Views laid out otherwise still attend correctly
 // (through plain loops), but only these are fast.
 bool kv_k_by_column(kv_dtype dtype, int head_dim, bool fast_order);
@@ -65,9 +65,10 @@ void kv_store_head(const kv_layer_view& kv, const int32_t* block_table, int32_t 
 enum class attention_order {
   single,  // the query is the only token of its step (decode)
   batch,   // the query is one of several tokens of its step (prompt)
-  fast,    // no llama.cpp order (with matmul_order::fast; AVX-512, head size 64 or 128, else
-           // single): scores 16 positions at a time, each output value one FMA chain over
-           // positions; the same for every query (model/attention_avx512.cpp)
+  fast,    // no llama.cpp order (with matmul_order::fast; AVX2 or AVX-512, head size 64 or 128,
+           // else single): scores 16 positions at a time, each output value one FMA chain over
+           // positions; the same for every query, and the same bits on either ISA
+           // (model/attention_avx512.cpp, model/attention_avx2.cpp)
 };
 
 // For the query heads [g * group, (g + 1) * group) that share KV head g, attends over positions

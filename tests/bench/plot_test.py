@@ -161,7 +161,7 @@ def test_a_fresh_run_of_this_build_draws(tmp_path):
     q = doc["quality"]
     assert q["windows"] == 1 and q["n_ctx"] == 64 and q["tokens_scored"] == 31
     assert 1 < q["ppl_reference"] < 1000
-    # A row for each path this CPU runs (q8 K/V needs AVX-512 VNNI; SmolLM2's heads are 64 wide),
+    # A row for each path this CPU runs (q8 K/V needs AVX2 or AVX-512; SmolLM2's heads are 64 wide),
     # and for each other one a note naming it, never a row that would be another path's.
     q8_runs = order == "fast" and "q8 K/V: available" in info
     fast_rows = ["fast order, fp16 K/V", "fast order, q8 K/V"]
