@@ -121,9 +121,13 @@ void http_session::refuse_plain_http() {
 }
 
 // ---- reading and routing ----------------------------------------------------------------
-void http_session::do_read() {
+std::string_view http_session::buffered() const {
   const auto held = buffer_.data();
-  auto start = reading_.begin(std::string_view(static_cast<const char*>(held.data()), held.size()));
+  return {static_cast<const char*>(held.data()), held.size()};
+}
+
+void http_session::do_read() {
+  auto start = reading_.begin(buffered());
   buffer_.consume(start.skip);
   if (start.what == request_reading::start_action::close) return close();
   endpoint_ = "other";  // until the header names one (on_header)
@@ -153,6 +157,13 @@ void http_session::do_read() {
 }
 
 void http_session::on_header(beast::error_code ec) {
+  // RFC 9112 2.2: empty lines before a request line are ignored. do_read drops those that came
+  // with what was read before; one that arrived on its own reached the parser as this request's
+  // start (a bad method, once the header after it is in): dropped now, and the request read again.
+  if (ec == http::error::bad_method && request_reading::starts_with_empty_line(buffered())) {
+    stop_read_timer();
+    return do_read();
+  }
   // A refusal counts under the endpoint the request was sent to once its request line is read
   // (413 on Content-Length, 431, a malformed field, a refused Transfer-Encoding or Host).
   if (!parser_->get().target().empty()) endpoint_ = endpoint_of(path_of(parser_->get().target()));

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -53,6 +54,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
   // ---- reading and routing (http_session.cpp) ----
   void do_read();
+  std::string_view buffered() const;  // what has been read and not yet parsed
   void on_header(boost::beast::error_code ec);
   bool refused_on_header(const request_header& h);
   std::optional<api_error> check_header(const request_header& h);

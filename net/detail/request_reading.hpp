@@ -47,6 +47,9 @@ class request_reading {
   };
   // Before the next request is read, given what is buffered of it already.
   start begin(std::string_view buffered);
+  // Whether what is buffered starts with an empty line (RFC 9112 2.2: ignored before a request
+  // line): one that arrived on its own reaches the parser, which calls it a bad method.
+  static bool starts_with_empty_line(std::string_view buffered) { return buffered.substr(0, 2) == "\r\n"; }
 
   // The read deadline passed: true when a read is under way, which the session then cancels
   // (its handler's finish() answers 408).

@@ -226,6 +226,22 @@ def test_an_empty_line_before_a_pipelined_request_is_ignored(server):
         assert statuses == [200, 200], data
 
 
+def test_an_empty_line_arriving_on_its_own_is_ignored(server):
+    # The same CRLF sent after the first answer was read, so that it is all the server has when
+    # it starts on the next request (then a lone pair of them): still no 400, and the request
+    # after it answered.
+    body = json.dumps({"prompt": "Hi", "max_tokens": 1}).encode()
+    whole = post_bytes("/v1/completions", body)
+    with raw(server, whole) as s:
+        assert read_response(s)[0] == 200
+        for blank in (b"\r\n", b"\r\n\r\n"):
+            s.sendall(blank)
+            time.sleep(0.3)
+            s.sendall(whole)
+            status, _, answer = read_response(s)
+            assert status == 200, (blank, answer)
+
+
 def test_an_answer_after_a_head_request_keeps_its_body(server):
     # HEAD's answer has no body; a malformed request after it on the same connection must get
     # its 400 with the body its Content-Length announces (it went out bodiless, desyncing the client).
