@@ -59,7 +59,7 @@ run_figures drive(pipeline& p, int batch, int tokens, bool mix) {
   const auto t0 = clock_type::now();
   for (int i = 0; i < batch; ++i) {
     request_spec s;
-    s.messages = {{"user", "List some numbers, request " + std::to_string(i) + "."}};
+    s.messages = {{"user", "List some numbers, request " + std::to_string(i) + ".", {}, {}, {}}};
     s.max_tokens = tokens;
     const bool con = mix && i % 2 == 1;
     if (con) {

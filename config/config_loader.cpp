@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "actors/scheduler/speculative/draft.hpp"
+#include "common/file_kind.hpp"
 #include "config/detail/toml_schema.hpp"
 
 namespace troupe::config {
@@ -22,14 +23,23 @@ using detail::reader;
 
 // Not an ifstream: it opens a directory and then reads nothing without an error, and an empty
 // text is a valid config (every default), so a directory passed for the file would load as one.
+// Regular files only: a named pipe would block startup, or a reload for good, until something
+// wrote to it (O_NONBLOCK lets the open return so that fstat can refuse it).
 result<std::string> read_config_text(const std::string& path) {
   auto failed = [&](int e) { return make_error("cannot read config file '" + path + "': " + std::strerror(e)); };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return failed(errno);
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
     ::close(fd);
-    return failed(EISDIR);
+    return failed(e);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    if (S_ISDIR(st.st_mode)) return failed(EISDIR);
+    return make_error("cannot read config file '" + path + "': it is " + file_kind(st.st_mode) +
+                      ", not a regular file");
   }
   std::string text;
   char buf[1 << 16];

@@ -1,5 +1,7 @@
 #include "model/gguf_reader.hpp"
 
+#include "common/file_kind.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -47,15 +49,6 @@ class cursor {
   size_t n_;
   size_t pos_ = 0;
 };
-
-std::string file_kind(mode_t m) {
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISFIFO(m)) return "a named pipe";
-  if (S_ISSOCK(m)) return "a socket";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  return "not a file";
-}
 
 const char* value_type_name(gguf_value_type t) {
   static const char* names[] = {"u8", "i8", "u16", "i16", "u32", "i32", "f32",

@@ -2,14 +2,17 @@
 // overrides and their precedence.
 #include "config/config_loader.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
 
 #include "actors/scheduler/policy.hpp"
 #include "config/config_diff.hpp"
@@ -331,6 +334,30 @@ TEST(ConfigLoader, ADirectoryIsNotAConfigFile) {
   auto via_resolve = resolve_config("/tmp", "", {});
   ASSERT_FALSE(via_resolve.ok());
   EXPECT_TRUE(has(via_resolve.error(), "cannot read config file '/tmp': Is a directory"));
+}
+
+// A named pipe read as the config would block startup, or a reload (which resolves the config
+// the same way) for good, until something wrote to it.
+TEST(ConfigLoader, ANamedPipeIsRefusedWithoutWaitingForAWriter) {
+  const std::string fifo = ::testing::TempDir() + "/troupe_config_loader_fifo.toml";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto pending = std::async(std::launch::async, [&] { return resolve_config(fifo, "", {}); });
+  const bool returned = pending.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  if (!returned) {
+    // A writer releases the open that waits for one, so the test fails instead of hanging.
+    const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+  }
+  auto c = pending.get();
+  ::unlink(fifo.c_str());
+  ASSERT_TRUE(returned) << "reading a named pipe as the config blocked";
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(has(c.error(), "cannot read config file '" + fifo + "': it is a named pipe, not a regular file"));
+
+  auto device = load_config("/dev/null");
+  ASSERT_FALSE(device.ok());
+  EXPECT_TRUE(has(device.error(), "'/dev/null': it is a character device, not a regular file"));
 }
 
 }  // namespace
