@@ -13,7 +13,11 @@
 // (recursion allowed), nested objects, string minLength/maxLength, string format (date, time,
 // date-time, uuid, email), pattern (regex.hpp; the whole string must match), integer
 // minimum/maximum/exclusive* when the range holds at most 1000 values or is [0, inf) / [1, inf),
-// number minimum 0 (no sign). Other bounds are refused, never silently ignored. description,
+// number minimum 0 (no sign); an integer bound beyond 16 digits is no bound on its own side and
+// admits nothing on the other. Other bounds are refused, never silently ignored, as is any
+// keyword whose value is not of its kind, wherever it stands (a bound not a number, draft 4's
+// boolean exclusive* and array items included, a count not a non-negative integer, a format not
+// a string, properties not an object of schemas, ...: json_schema.cpp's value_kinds). description,
 // title, default, examples, $schema, $id, $comment, deprecated, readOnly, writeOnly are
 // annotations and ignored on purpose. Any other keyword: an error naming it and its JSON pointer.
 // Strings, numbers and nesting of schema-less values are bounded (numbers: 16 digits, any-JSON

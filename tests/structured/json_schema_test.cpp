@@ -199,6 +199,161 @@ TEST(JsonSchema, NumericBoundsOnlyWhereHonest) {
   EXPECT_NE(error_of(R"({"type": "integer", "minimum": 5})").find("cannot be expressed"), std::string::npos);
 }
 
+// A bound of the wrong kind was once read as absent: "maximum": "5" generated 6, and
+// "maxLength": "3" was refused as "maxLength below minLength".
+TEST(JsonSchema, BoundsOfTheWrongKindAreRefusedByNameAndPointer) {
+  EXPECT_EQ(error_of(R"({"type": "object", "properties": {"a": {"type": "integer", "maximum": "5"}}})"),
+            "json_schema: 'maximum' must be a number at /properties/a");
+  EXPECT_EQ(error_of(R"({"type": "integer", "minimum": "1", "maximum": 2})"), "json_schema: 'minimum' must be a number at /");
+  EXPECT_EQ(error_of(R"({"type": "integer", "minimum": 0, "exclusiveMinimum": true})"),
+            "json_schema: 'exclusiveMinimum' must be a number (the draft-4 boolean form is not supported) at /");
+  EXPECT_EQ(error_of(R"({"type": "number", "maximum": 1, "exclusiveMaximum": false})"),
+            "json_schema: 'exclusiveMaximum' must be a number (the draft-4 boolean form is not supported) at /");
+  EXPECT_EQ(error_of(R"({"type": "integer", "exclusiveMaximum": null})"), "json_schema: 'exclusiveMaximum' must be a number at /");
+  EXPECT_EQ(error_of(R"({"type": "integer", "minimum": [0]})"), "json_schema: 'minimum' must be a number at /");
+  // Counts: a non-negative integer (3.0 is one), whichever type the schema has.
+  EXPECT_EQ(error_of(R"({"type": "string", "maxLength": "3"})"), "json_schema: 'maxLength' must be a non-negative integer at /");
+  EXPECT_EQ(error_of(R"({"maxLength": -1})"), "json_schema: 'maxLength' must be a non-negative integer at /");
+  EXPECT_EQ(error_of(R"({"type": "string", "minLength": 1.5})"), "json_schema: 'minLength' must be a non-negative integer at /");
+  EXPECT_EQ(error_of(R"({"type": "array", "items": {"type": "array", "minItems": true}})"),
+            "json_schema: 'minItems' must be a non-negative integer at /items");
+  EXPECT_EQ(error_of(R"({"type": "array", "maxItems": -2})"), "json_schema: 'maxItems' must be a non-negative integer at /");
+  EXPECT_EQ(error_of(R"({"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": "1"})"),
+            "json_schema: 'minProperties' must be a non-negative integer at /");
+  EXPECT_EQ(error_of(R"({"type": "object", "additionalProperties": {"type": "integer"}, "maxProperties": 0.5})"),
+            "json_schema: 'maxProperties' must be a non-negative integer at /");
+  EXPECT_EQ(error_of(R"({"anyOf": [{"type": "integer"}, {"type": "integer", "maxLength": "3"}]})"),
+            "json_schema: 'maxLength' must be a non-negative integer at /anyOf/1");
+  EXPECT_EQ(error_of(R"({"$defs": {"N": {"type": "integer", "maximum": "9"}}, "$ref": "#/$defs/N"})"),
+            "json_schema: 'maximum' must be a number at /$defs/N");
+  // Numeric bounds of the right kind constrain as before.
+  schema len(R"({"type": "string", "minLength": 1.0, "maxLength": 2})");
+  EXPECT_TRUE(len.accepts(R"("ab")"));
+  EXPECT_FALSE(len.accepts(R"("")"));
+  EXPECT_FALSE(len.accepts(R"("abc")"));
+  schema items(R"({"type": "array", "items": {"type": "integer"}, "minItems": 0, "maxItems": 2.0})");
+  EXPECT_TRUE(items.accepts("[]"));
+  EXPECT_FALSE(items.accepts("[1, 2, 3]"));
+  schema map(R"({"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 1})");
+  EXPECT_TRUE(map.accepts(R"({"k": 1})"));
+  EXPECT_FALSE(map.accepts("{}"));
+  schema r(R"({"type": "integer", "exclusiveMinimum": 0.5, "maximum": 3.7})");
+  for (int x = -2; x <= 6; ++x) EXPECT_EQ(r.accepts(std::to_string(x)), x >= 1 && x <= 3) << x;
+}
+
+// Every other keyword read with a typed getter once took a value of the wrong kind as absent:
+// "format": 5 gave any string, "properties": [1] any object, "additionalProperties": "no" an
+// open object, "$defs": 5 nothing at all.
+TEST(JsonSchema, KeywordValuesOfTheWrongKindAreRefusedByNameAndPointer) {
+  EXPECT_EQ(error_of(R"({"type": "string", "format": 5})"), "json_schema: 'format' must be a string at /");
+  EXPECT_EQ(error_of(R"({"type": "object", "properties": {"s": {"type": "string", "pattern": 7}}})"),
+            "json_schema: 'pattern' must be a string at /properties/s");
+  EXPECT_EQ(error_of(R"({"type": "object", "properties": [1]})"),
+            "json_schema: 'properties' must be an object of schemas (objects or booleans) at /");
+  EXPECT_EQ(error_of(R"({"type": "object", "properties": {"a": 5}})"),
+            "json_schema: 'properties' must be an object of schemas (objects or booleans) at /");
+  EXPECT_EQ(error_of(R"({"type": "object", "additionalProperties": "no"})"),
+            "json_schema: 'additionalProperties' must be a boolean or a schema object at /");
+  EXPECT_EQ(error_of(R"({"type": "object", "properties": {"a": {}}, "required": "a"})"),
+            "json_schema: 'required' must be an array of strings at /");
+  EXPECT_EQ(error_of(R"({"type": "object", "properties": {"a": {}}, "required": [1]})"),
+            "json_schema: 'required' must be an array of strings at /");
+  EXPECT_EQ(error_of(R"({"enum": "red"})"), "json_schema: 'enum' must be a non-empty array at /");
+  EXPECT_EQ(error_of(R"({"enum": []})"), "json_schema: 'enum' must be a non-empty array at /");
+  EXPECT_EQ(error_of(R"({"type": "array", "items": 3})"), "json_schema: 'items' must be a boolean or a schema object at /");
+  EXPECT_EQ(error_of(R"({"type": "array", "items": [{"type": "string"}]})"),
+            "json_schema: 'items' must be a boolean or a schema object (the draft-4 array form is 'prefixItems' now) at /");
+  EXPECT_EQ(error_of(R"({"type": "array", "prefixItems": {"type": "string"}})"),
+            "json_schema: 'prefixItems' must be an array of schemas (objects or booleans) at /");
+  EXPECT_EQ(error_of(R"({"type": "array", "prefixItems": ["a"]})"),
+            "json_schema: 'prefixItems' must be an array of schemas (objects or booleans) at /");
+  EXPECT_EQ(error_of(R"({"type": 5})"), "json_schema: 'type' must be a type name or a non-empty array of type names at /");
+  EXPECT_EQ(error_of(R"({"type": []})"), "json_schema: 'type' must be a type name or a non-empty array of type names at /");
+  EXPECT_EQ(error_of(R"({"type": ["string", 1]})"), "json_schema: 'type' must be a type name or a non-empty array of type names at /");
+  EXPECT_EQ(error_of(R"({"enum": [1, 2], "type": 5})"),
+            "json_schema: 'type' must be a type name or a non-empty array of type names at /");
+  EXPECT_EQ(error_of(R"({"type": "array", "items": {"$ref": 1}})"), "json_schema: '$ref' must be a string at /items");
+  for (const std::string k : {"anyOf", "oneOf", "allOf"}) {
+    const std::string must = "json_schema: '" + k + "' must be a non-empty array of schemas (objects or booleans) at /";
+    EXPECT_EQ(error_of(R"({")" + k + R"(": {"type": "string"}})"), must);
+    EXPECT_EQ(error_of(R"({")" + k + R"(": []})"), must);  // allOf [] once gave any object
+    EXPECT_EQ(error_of(R"({")" + k + R"(": [{"type": "string"}, 2]})"), must);
+  }
+  EXPECT_EQ(error_of(R"({"$defs": 5, "type": "integer"})"), "json_schema: '$defs' must be an object of schemas (objects or booleans) at /");
+  EXPECT_EQ(error_of(R"({"definitions": {"N": 3}, "type": "integer"})"),
+            "json_schema: 'definitions' must be an object of schemas (objects or booleans) at /");
+  // Whichever type the schema has: keywords of another type are ignored, not their malformation.
+  EXPECT_EQ(error_of(R"({"type": "string", "properties": [1]})"),
+            "json_schema: 'properties' must be an object of schemas (objects or booleans) at /");
+  EXPECT_EQ(error_of(R"({"type": "integer", "format": 5})"), "json_schema: 'format' must be a string at /");
+  // allOf parts are merged rather than visited, and checked the same way.
+  EXPECT_EQ(error_of(R"({"allOf": [{"properties": {"a": {}}}, {"properties": [1]}]})"),
+            "json_schema: 'properties' must be an object of schemas (objects or booleans) at /allOf/1");
+  EXPECT_EQ(error_of(R"({"allOf": [{"properties": {"a": {}}}, {"additionalProperties": "no"}]})"),
+            "json_schema: 'additionalProperties' must be a boolean or a schema object at /allOf/1");
+  EXPECT_EQ(error_of(R"({"allOf": [{"properties": {"a": {}}}, {"$ref": 1}]})"), "json_schema: '$ref' must be a string at /allOf/1");
+  EXPECT_EQ(error_of(R"({"$defs": {"A": {"properties": {"a": {}}}}, "allOf": [{"$ref": "#/$defs/A", "required": ["b"]},
+                         {"properties": {"b": {}}}]})"),
+            "json_schema: '$ref' together with other constraints is not supported at /allOf/0");
+
+  // Well-formed values compile and constrain as before; a boolean is a schema.
+  schema props(R"({"type": "object", "properties": {"a": true, "b": {"type": "integer"}}, "required": ["a", "b"],
+                   "additionalProperties": true})");
+  EXPECT_TRUE(props.accepts(R"({"a": [1, "x"], "b": 2})"));
+  EXPECT_FALSE(props.accepts(R"({"a": 1, "b": "2"})"));
+  EXPECT_FALSE(props.accepts(R"({"b": 2})"));
+  schema items(R"({"type": "array", "items": true, "prefixItems": [{"type": "string"}, true], "maxItems": 2})");
+  EXPECT_TRUE(items.accepts(R"(["a", {"k": null}])"));
+  EXPECT_FALSE(items.accepts(R"([1, 2])"));
+  schema defs(R"({"$defs": {"Any": true, "N": {"type": "integer"}}, "type": "array", "items": {"$ref": "#/$defs/N"}})");
+  EXPECT_TRUE(defs.accepts("[1, 2]"));
+  EXPECT_FALSE(defs.accepts(R"(["1"])"));
+  schema c(R"({"const": {"k": [1, true]}})");
+  EXPECT_TRUE(c.accepts(R"({"k": [1, true]})"));
+  EXPECT_FALSE(c.accepts(R"({"k": [1]})"));
+  schema merged(R"({"$defs": {"A": {"properties": {"a": {"type": "integer"}}, "required": ["a"]}},
+                    "allOf": [{"$ref": "#/$defs/A", "description": "annotations beside a $ref are fine"},
+                              {"properties": {"b": {"type": "string"}}}]})");
+  EXPECT_TRUE(merged.accepts(R"({"a": 1, "b": "x"})"));
+  EXPECT_FALSE(merged.accepts(R"({"b": "x"})"));
+}
+
+// Integer bounds were converted to int64_t unchecked: "minimum": 1e300 was undefined behaviour,
+// and hi - lo could overflow near +-9.2e18. Beyond the 16 digits the grammar writes, a bound is
+// as good as infinite: dropped on its own side, refused on the other.
+TEST(JsonSchema, IntegerBoundsBeyondSixteenDigits) {
+  const std::string none = "json_schema: integer bounds admit no integer of at most 16 digits (the most the grammar writes) at /";
+  EXPECT_EQ(error_of(R"({"type": "integer", "minimum": 1e300, "maximum": 1e300})"), none);
+  EXPECT_EQ(error_of(R"({"type": "integer", "minimum": 1e300})"), none);
+  EXPECT_EQ(error_of(R"({"type": "integer", "exclusiveMaximum": -1e300})"), none);
+  EXPECT_EQ(error_of(R"({"type": "integer", "minimum": 9000000000000000000, "maximum": 9223372036854775807})"), none);
+  EXPECT_EQ(error_of(R"({"type": "integer", "exclusiveMinimum": 9223372036854775807})"), none);
+  EXPECT_EQ(error_of(R"({"type": "integer", "minimum": 18446744073709551615})"), none);
+  EXPECT_EQ(error_of(R"({"type": "integer", "minimum": 1e300, "maximum": 5})"),
+            "json_schema: integer range is empty (maximum below minimum) at /");
+  EXPECT_NE(error_of(R"({"type": "integer", "minimum": -9223372036854775808, "maximum": 5})").find("cannot be expressed"),
+            std::string::npos);
+  // Dropped: every integer the grammar writes meets the bound.
+  for (const char* s : {R"({"type": "integer", "minimum": -1e300})", R"({"type": "integer", "minimum": -1e300, "maximum": 1e300})",
+                        R"({"type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807})",
+                        R"({"type": "integer", "exclusiveMaximum": 18446744073709551615})"}) {
+    schema any(s);
+    EXPECT_TRUE(any.accepts("-42")) << s;
+    EXPECT_TRUE(any.accepts("9999999999999999")) << s;
+    EXPECT_TRUE(any.accepts("-9999999999999999")) << s;
+  }
+  schema nonneg(R"({"type": "integer", "minimum": 0, "maximum": 1e300})");
+  EXPECT_TRUE(nonneg.accepts("9999999999999999"));
+  EXPECT_FALSE(nonneg.accepts("-1"));
+  // Inside 16 digits but above 2^53, an integer bound is exact (read as a double, it rounded).
+  schema exact(R"({"type": "integer", "minimum": 9007199254740993, "exclusiveMaximum": 9007199254740996})");
+  for (const char* in : {"9007199254740993", "9007199254740994", "9007199254740995"}) EXPECT_TRUE(exact.accepts(in)) << in;
+  for (const char* out : {"9007199254740992", "9007199254740996"}) EXPECT_FALSE(exact.accepts(out)) << out;
+  schema top(R"({"type": "integer", "minimum": 9999999999999998, "maximum": 9999999999999999})");
+  EXPECT_TRUE(top.accepts("9999999999999999"));
+  EXPECT_FALSE(top.accepts("9999999999999997"));
+}
+
 TEST(JsonSchema, UnsupportedKeywordsAreRefusedByNameAndPointer) {
   auto e = error_of(R"({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": true}}})");
   EXPECT_EQ(e, "json_schema: unsupported keyword 'uniqueItems' at /properties/tags");
