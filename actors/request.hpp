@@ -114,11 +114,12 @@ struct tool_spec {
   std::string name;
   std::string description;
   std::string parameters;
+  bool strict = false;  // OpenAI `strict`: the arguments follow `parameters`, also under "auto"
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tool_spec& x) {
-  return f(caf::meta::type_name("tool_spec"), x.name, x.description, x.parameters);
+  return f(caf::meta::type_name("tool_spec"), x.name, x.description, x.parameters, x.strict);
 }
 
 // OpenAI `tool_choice`.

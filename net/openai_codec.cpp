@@ -27,8 +27,10 @@ api_error from_pipeline_error(const actors::error_event& ev, std::string_view in
       e.param = std::string(input_field);
       e.code = "context_length_exceeded";
       // The message names the length cap as the client spelt it (max_completion_tokens).
-      if (const auto at = e.message.find("max_tokens"); at != std::string::npos && max_tokens_field != "max_tokens")
-        e.message.replace(at, std::strlen("max_tokens"), max_tokens_field);
+      if (max_tokens_field != "max_tokens")
+        for (auto at = e.message.find("max_tokens"); at != std::string::npos;
+             at = e.message.find("max_tokens", at + max_tokens_field.size()))
+          e.message.replace(at, std::strlen("max_tokens"), max_tokens_field);
     }
     if (c == errc::invalid_request) {
       std::string_view lead = std::string_view(e.message).substr(0, e.message.find(' '));
@@ -117,6 +119,10 @@ parsed_openai parse_openai_request(std::string_view body, bool chat) {
   openai_request req;
   detail::read_common(r, req.spec, 2.0f);  // OpenAI's range: 0..2
   if (r.get("max_completion_tokens")) req.max_tokens_field = "max_completion_tokens";
+  // The legacy endpoint's own default, as OpenAI documents it (and vLLM keeps): a client written
+  // against it and leaving max_tokens out expects 16 tokens, not admission.default_max_tokens.
+  if (!chat && !r.err && !r.get("max_tokens") && !r.get("max_completion_tokens"))
+    req.spec.max_tokens = legacy_completion_default_max_tokens;
   req.constraint_field = detail::constraint_field(r);
   req.model = req.spec.model;
   r.boolean("stream", req.stream);

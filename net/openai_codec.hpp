@@ -45,6 +45,7 @@ struct openai_request {
 };
 
 inline constexpr int32_t max_choices = 16;             // `n`
+inline constexpr int32_t legacy_completion_default_max_tokens = 16;  // /v1/completions without max_tokens
 inline constexpr int32_t max_completion_logprobs = 5;  // completions' `logprobs`, as OpenAI's legacy API
 
 struct parsed_openai {

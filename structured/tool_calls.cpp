@@ -142,7 +142,9 @@ std::string tool_result_text(tool_format f, std::string_view content) {
 
 const char* tool_result_role(tool_format f) { return f == tool_format::llama3 ? "ipython" : "user"; }
 
-result<std::string> calls_grammar(tool_format f, const std::vector<tool_def>& tools, std::string_view only, bool many) {
+result<std::string> calls_grammar(tool_format f, const std::vector<tool_def>& tools, std::string_view only, bool many,
+                                  std::string_view root) {
+  const std::string top = std::string(root) + " ::= ";
   std::string rules;
   std::string alts;
   int n = 0;
@@ -163,18 +165,59 @@ result<std::string> calls_grammar(tool_format f, const std::vector<tool_def>& to
     case tool_format::hermes:
       call = "call ::= " + gbnf_literal(std::string(hermes_open) + "\n") + " (" + alts + ") " +
              gbnf_literal("\n" + std::string(hermes_close)) + "\n";
-      rules += call + (many ? "root ::= call (\"\\n\" call)*\n" : "root ::= call\n");
+      rules += call + top + (many ? "call (\"\\n\" call)*\n" : "call\n");
       break;
     case tool_format::llama3:
-      rules += "root ::= " + alts + "\n";
+      rules += top + alts + "\n";
       break;
     case tool_format::mistral:
       rules += "call ::= " + alts + "\n";
-      rules += "root ::= " + gbnf_literal(std::string(mistral_marker) + "[") + " call" +
+      rules += top + gbnf_literal(std::string(mistral_marker) + "[") + " call" +
                (many ? " (\", \" call)*" : "") + " " + gbnf_literal("]") + "\n";
       break;
   }
   return rules;
+}
+
+namespace {
+
+// Rules `<prefix>0` .. `<prefix>(L-1)` for any text that does not contain `marker` (L bytes,
+// ASCII, its first byte nowhere else in it, as each format's call marker): rule i is the state
+// of a scan that has matched the marker's first i bytes, so the marker can only begin a call.
+// Right recursion, as the grammar writes X* itself.
+std::string text_without(std::string_view marker, const std::string& prefix) {
+  const auto m0 = static_cast<uint32_t>(static_cast<unsigned char>(marker[0]));
+  auto state = [&](size_t i) { return prefix + std::to_string(i); };
+  auto not_these = [](std::vector<code_range> r) { return gbnf_class(complement_ranges(normalize_ranges(std::move(r)))); };
+  std::string rules;
+  for (size_t i = 0; i < marker.size(); ++i) {
+    rules += state(i) + " ::= ";
+    if (i == 0) {
+      rules += not_these({{m0, m0}}) + " " + state(0);
+    } else {
+      const auto next = static_cast<uint32_t>(static_cast<unsigned char>(marker[i]));
+      rules += not_these({{m0, m0}, {next, next}}) + " " + state(0);
+      if (i + 1 < marker.size()) rules += " | " + gbnf_literal(marker.substr(i, 1)) + " " + state(i + 1);
+    }
+    rules += " | " + gbnf_literal(marker.substr(0, 1)) + " " + state(1) + " | \"\"\n";
+  }
+  return rules;
+}
+
+}  // namespace
+
+bool auto_calls_constrainable(tool_format f) { return f == tool_format::hermes; }
+
+result<std::string> auto_calls_grammar(tool_format f, const std::vector<tool_def>& tools) {
+  if (!auto_calls_constrainable(f))
+    return make_error(std::string("tools: strict arguments under tool_choice \"auto\" are not served for the ") +
+                      to_string(f) + " call format");
+  std::vector<tool_def> defs = tools;
+  for (auto& d : defs)
+    if (!d.strict) d.parameters = "{\"type\": \"object\"}";  // any arguments object, as the model writes it
+  auto calls = calls_grammar(f, defs, "", true, "calls");
+  if (!calls) return calls;
+  return *calls + text_without(hermes_open, "free") + "root ::= free0 calls?\n";
 }
 
 tool_call_parser::tool_call_parser(tool_format f, bool forced, std::string forced_name,

@@ -26,6 +26,7 @@ struct tool_def {
   std::string name;
   std::string description;
   std::string parameters;  // JSON Schema text; "" when the function takes no arguments
+  bool strict = false;     // its arguments are constrained under tool_choice "auto" too
 };
 
 struct function_call {
@@ -45,7 +46,14 @@ const char* tool_result_role(tool_format f);
 // `tools` when `only` is empty), the arguments constrained to the function's parameter schema.
 // Errors name the function whose schema is outside the supported subset.
 result<std::string> calls_grammar(tool_format f, const std::vector<tool_def>& tools, std::string_view only,
-                                  bool many = false);
+                                  bool many = false, std::string_view root = "root");
+
+// GBNF for a reply under tool_choice "auto" that offers a `strict` function (OpenAI: its arguments
+// always follow its schema): any text without the call marker, then optionally calls, the strict
+// functions' arguments constrained to their schemas and the others' to any JSON object. Only
+// formats whose calls open with a marker the text can be told from (hermes) can be read this way.
+bool auto_calls_constrainable(tool_format f);
+result<std::string> auto_calls_grammar(tool_format f, const std::vector<tool_def>& tools);
 
 // Reads calls out of generated text as it arrives. Text outside calls is content; a call's name
 // is reported as soon as it is known and its arguments as they arrive (the JSON text of the

@@ -1,5 +1,7 @@
 #include "actors/admission/tool_prompt.hpp"
 
+#include <algorithm>
+
 namespace troupe::actors {
 
 result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_format f) {
@@ -9,7 +11,7 @@ result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_
     return make_error("'tools' need a chat request ('messages')");
   std::vector<structured::tool_def> defs;
   defs.reserve(spec.tools.size());
-  for (const auto& t : spec.tools) defs.push_back({t.name, t.description, t.parameters});
+  for (const auto& t : spec.tools) defs.push_back({t.name, t.description, t.parameters, t.strict});
 
   if (spec.tool_choice == tool_choice::required || spec.tool_choice == tool_choice::function) {
     if (spec.tools.empty()) return make_error("'tool_choice' \"" + spec.tool_choice + "\" needs 'tools'");
@@ -17,6 +19,14 @@ result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_
       return make_error("'tool_choice' forces a call, which cannot be combined with a structured output ('" +
                         spec.constraint.kind + "')");
     auto g = structured::calls_grammar(f, defs, spec.tool_choice == tool_choice::function ? spec.tool_choice_name : "");
+    if (!g) return make_error(g.error());
+    out.constraint = {structured::kind::grammar, std::move(*g)};
+  } else if (spec.tool_choice == tool_choice::automatic && spec.constraint.empty() &&
+             std::any_of(spec.tools.begin(), spec.tools.end(), [](const tool_spec& t) { return t.strict; })) {
+    // OpenAI's `strict`: a call's arguments follow the schema whether or not a call is forced, so
+    // the reply is held to free text or calls. (With a structured output the reply is held to it,
+    // which leaves no call to break a schema.)
+    auto g = structured::auto_calls_grammar(f, defs);
     if (!g) return make_error(g.error());
     out.constraint = {structured::kind::grammar, std::move(*g)};
   } else if (spec.tool_choice != tool_choice::automatic && spec.tool_choice != tool_choice::none) {

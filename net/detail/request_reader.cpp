@@ -585,7 +585,9 @@ void read_messages(reader& r, actors::request_spec& s) {
             break;
           }
           reader pr{dom::object(part), std::nullopt, here + "."};
-          std::string type = "text";
+          if (!pr.get("type"))  // as OpenAI: a part says what it is
+            pr.err = bad_request("'" + here + ".type' is required (\"text\")", here + ".type");
+          std::string type;
           pr.str("type", type);
           if (!pr.err && type != "text") {
             // OpenAI's other parts (image_url, input_audio, file, refusal) need what a text
@@ -652,6 +654,16 @@ void read_messages(reader& r, actors::request_spec& s) {
   if (s.messages.empty()) r.err = bad_request("'messages' must not be empty", "messages");
 }
 
+// What a function's `parameters` schema says its top level is, when that is not an object: "" for
+// {"type":"object",...} and for a schema without `type` (its keywords then constrain an object,
+// as OpenAI reads it).
+std::string not_an_object_schema(dom::object schema) {
+  dom::element type;
+  if (schema["type"].get(type) != simdjson::SUCCESS) return "";
+  if (type.is_string()) return std::string_view(type) == "object" ? "" : "type \"" + std::string(std::string_view(type)) + "\"";
+  return "type " + json_text(type);
+}
+
 void read_tools(reader& r, actors::request_spec& s) {
   if (auto e = r.get("tools"); e && !r.err) {
     if (!e->is_array()) return r.wrong("tools", "an array", *e);
@@ -679,13 +691,16 @@ void read_tools(reader& r, actors::request_spec& s) {
         known_fields(fr, {"name", "description", "parameters", "strict"});
         fr.str("name", ts.name);
         fr.str("description", ts.description);
-        bool strict = false;
-        fr.boolean("strict", strict);  // the arguments follow the schema whenever they are constrained
+        fr.boolean("strict", ts.strict);
         if (!fr.err && !valid_function_name(ts.name))
           fr.err = bad_request("'" + here + ".function.name' must be 1 to 64 of a-z, A-Z, 0-9, _ and -",
                                here + ".function.name");
         if (auto p = fr.get("parameters"); p && !fr.err) {
           if (!p->is_object()) fr.wrong("parameters", "a JSON Schema object", *p);
+          else if (auto why = not_an_object_schema(dom::object(*p)); !why.empty())
+            fr.err = bad_request("'" + here + ".function.parameters' must be a JSON Schema of type \"object\" (the "
+                                     "arguments are a JSON object), not " + why,
+                                 here + ".function.parameters");
           else ts.parameters = json_text(*p);
         }
         if (fr.err) tr.err = fr.err;

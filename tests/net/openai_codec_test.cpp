@@ -333,6 +333,18 @@ TEST(openai, tools_and_tool_messages_are_parsed) {
   EXPECT_EQ(req(R"("tools":[{"type":"function","function":{"name":"bad name"}}])").error.param, "tools[0].function.name");
   EXPECT_EQ(req(R"("tools":[{"type":"function","function":{"name":"f","parameters":"{}"}}])").error.param,
             "tools[0].function.parameters");
+  // The arguments are a JSON object: a schema of another type is refused (OpenAI refuses it too).
+  for (const char* schema : {R"({"type":"string"})", R"({"type":"array","items":{"type":"integer"}})",
+                             R"({"type":["object","null"]})"}) {
+    auto e = req((std::string(R"("tools":[{"type":"function","function":{"name":"f","parameters":)") + schema + "}}]").c_str());
+    ASSERT_FALSE(e.request) << schema;
+    EXPECT_EQ(e.error.param, "tools[0].function.parameters") << schema;
+    EXPECT_NE(e.error.message.find("of type \"object\""), std::string::npos) << e.error.message;
+  }
+  EXPECT_TRUE(req(R"("tools":[{"type":"function","function":{"name":"f","parameters":{}}}])").request);
+  auto strict = req(R"("tools":[{"type":"function","function":{"name":"f","strict":true,"parameters":{"type":"object"}}}])");
+  ASSERT_TRUE(strict.request) << strict.error.message;
+  EXPECT_TRUE(strict.request->spec.tools[0].strict) << "strict is carried to admission (it constrains \"auto\" too)";
   auto args = parse_openai_request(
       R"({"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{}}}]}]})",
       true);
@@ -415,9 +427,28 @@ TEST(openai, non_text_content_parts_are_named) {
                                  true)
                 .error.param,
             "messages[0].content[0].cache_control");
-  auto two = parse_openai_request(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"text":"b"}]}]})", true);
+  auto two = parse_openai_request(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})", true);
   ASSERT_TRUE(two.request) << two.error.message;
   EXPECT_EQ(two.request->spec.messages[0].content, "ab");
+  // As OpenAI: a part says what it is (a part without `type` is not taken for text).
+  auto untyped = parse_openai_request(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"text":"b"}]}]})", true);
+  ASSERT_FALSE(untyped.request);
+  EXPECT_EQ(untyped.error.param, "messages[0].content[1].type");
+  EXPECT_NE(untyped.error.message.find("required"), std::string::npos) << untyped.error.message;
+}
+
+// /v1/completions without a length cap gets OpenAI's legacy default of 16 tokens; chat leaves it
+// to admission (admission.default_max_tokens).
+TEST(openai, the_legacy_endpoint_defaults_to_16_tokens) {
+  auto legacy = parse_openai_request(R"({"prompt":"The capital of France is"})", false);
+  ASSERT_TRUE(legacy.request) << legacy.error.message;
+  EXPECT_EQ(legacy.request->spec.max_tokens, 16);
+  auto asked = parse_openai_request(R"({"prompt":"x","max_tokens":40})", false);
+  ASSERT_TRUE(asked.request);
+  EXPECT_EQ(asked.request->spec.max_tokens, 40);
+  auto chat = parse_openai_request(R"({"messages":[{"role":"user","content":"x"}]})", true);
+  ASSERT_TRUE(chat.request);
+  EXPECT_EQ(chat.request->spec.max_tokens, 0) << "admission's default";
 }
 
 // An empty prompt has nothing to continue: a 400 naming `prompt` (it used to reach admission and
@@ -533,6 +564,10 @@ TEST(openai, error_json_shape_and_status_mapping) {
   const auto spelt = from_pipeline_error({0, actors::errc::context_length, "12 prompt tokens + max_tokens (5) exceed", 0},
                                          "messages", "max_completion_tokens");
   EXPECT_NE(spelt.message.find("max_completion_tokens (5)"), std::string::npos) << spelt.message;
+  const auto twice = from_pipeline_error(
+      {0, actors::errc::context_length, "prompt plus max_tokens (5) exceeds 8; lower max_tokens", 0}, "messages",
+      "max_completion_tokens");
+  EXPECT_EQ(twice.message, "prompt plus max_completion_tokens (5) exceeds 8; lower max_completion_tokens");
   EXPECT_EQ(from_pipeline_error({0, actors::errc::overloaded, "m", 0}, "messages").param, "");
   EXPECT_EQ(from_pipeline_error({0, "loading", "m", 0}).status, 503);
   const auto j = error_json(e);

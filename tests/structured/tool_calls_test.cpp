@@ -278,3 +278,34 @@ TEST(ToolGrammar, AcceptsWhatTheModelWouldWriteAndNothingElse) {
   ASSERT_TRUE(mi) << mi.error();
   EXPECT_TRUE(grammar_accepts(*mi, calls_text(tool_format::mistral, {{"f", "{\"a\": 1}"}, {"g", "{}"}})));
 }
+
+// tool_choice "auto" with a strict function: any text that does not hold the call marker, then
+// optionally calls, the strict function's arguments held to its schema, the others' to an object.
+TEST(ToolGrammar, AutoWithAStrictFunctionIsFreeTextOrCallsThatKeepTheSchema) {
+  std::vector<tool_def> tools = {
+      {"f", "", R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false})",
+       true},
+      {"g", "", R"({"type":"object","properties":{"b":{"type":"integer"}}})", false}};
+  auto g = auto_calls_grammar(tool_format::hermes, tools);
+  ASSERT_TRUE(g) << g.error();
+  for (const std::string text : {"", "Hello there.", "a < b, <tool, <tool_cal> and <<tool_call", "<", "x <tool_call",
+                                 "\xc3\xa9t\xc3\xa9 \xe2\x9c\x93 </tool_call>"})
+    EXPECT_TRUE(grammar_accepts(*g, text)) << text;
+  const std::string good = calls_text(tool_format::hermes, {{"f", "{\"a\": 12}"}});
+  EXPECT_TRUE(grammar_accepts(*g, good));
+  EXPECT_TRUE(grammar_accepts(*g, "Let me look that up.\n" + good));
+  EXPECT_TRUE(grammar_accepts(*g, "<to" + good)) << "a partial marker, then a call";
+  EXPECT_TRUE(grammar_accepts(*g, calls_text(tool_format::hermes, {{"f", "{\"a\": 1}"}, {"g", "{\"b\": \"any\"}"}})))
+      << "g is not strict: any object";
+  EXPECT_FALSE(grammar_accepts(*g, calls_text(tool_format::hermes, {{"f", "{\"a\": \"oops\"}"}}))) << "a is an integer";
+  EXPECT_FALSE(grammar_accepts(*g, calls_text(tool_format::hermes, {{"f", "{\"a\": 1, \"zzz\": 1}"}})))
+      << "no other keys";
+  EXPECT_FALSE(grammar_accepts(*g, calls_text(tool_format::hermes, {{"g", "[]"}}))) << "arguments are an object";
+  EXPECT_FALSE(grammar_accepts(*g, "<tool_call>\nnot json\n</tool_call>")) << "the marker only opens a call";
+  EXPECT_FALSE(grammar_accepts(*g, good + "\nand some text after")) << "nothing after the calls";
+
+  EXPECT_FALSE(auto_calls_constrainable(tool_format::llama3));
+  auto l3 = auto_calls_grammar(tool_format::llama3, tools);
+  ASSERT_FALSE(l3);
+  EXPECT_NE(l3.error().find("llama3"), std::string::npos) << l3.error();
+}

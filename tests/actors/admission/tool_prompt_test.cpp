@@ -78,6 +78,35 @@ TEST(ToolPrompt, RequiredAndNamedChoicesForceAGrammar) {
   EXPECT_NE(bad.error().find("'nope'"), std::string::npos);
 }
 
+// OpenAI's `strict`: the arguments follow the schema under "auto" too, so the reply gets the
+// grammar of free text or calls; without a strict function, or where a structured output holds
+// the reply already, the model's text stays unconstrained by tools.
+TEST(ToolPrompt, AStrictFunctionUnderAutoHoldsTheReplyToTextOrCalls) {
+  auto s = weather_request();
+  s.tools[0].strict = true;
+  auto tp = make_tool_prompt(s, structured::tool_format::hermes);
+  ASSERT_TRUE(tp) << tp.error();
+  EXPECT_EQ(tp->constraint.kind, structured::kind::grammar);
+  EXPECT_NE(tp->constraint.source.find("root ::= free0 calls?"), std::string::npos) << tp->constraint.source;
+  EXPECT_NE(tp->constraint.source.find("get_weather"), std::string::npos);
+
+  auto with_format = s;
+  with_format.constraint = {structured::kind::json_object, ""};
+  auto wf = make_tool_prompt(with_format, structured::tool_format::hermes);
+  ASSERT_TRUE(wf) << wf.error();
+  EXPECT_TRUE(wf->constraint.empty()) << "the structured output's own constraint stays";
+
+  auto bad = s;
+  bad.tools[0].parameters = R"({"type":"object","properties":{"city":{"type":"string","contentEncoding":"base64"}}})";
+  auto e = make_tool_prompt(bad, structured::tool_format::hermes);
+  ASSERT_FALSE(e) << "a strict schema outside the supported subset is refused, as under \"required\"";
+  EXPECT_NE(e.error().find("get_weather"), std::string::npos) << e.error();
+
+  auto l3 = make_tool_prompt(s, structured::tool_format::llama3);
+  ASSERT_FALSE(l3) << "llama3's calls are bare JSON: strict under auto is refused by name";
+  EXPECT_NE(l3.error().find("strict"), std::string::npos) << l3.error();
+}
+
 TEST(ToolPrompt, ErrorsNameTheProblem) {
   auto s = weather_request();
   s.messages.push_back({"tool", "x", {}, "", {}});
