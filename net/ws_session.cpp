@@ -101,7 +101,9 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   void watch_idle() {
     const auto idle = ctx_.opts.ws_idle_timeout;
     const auto now = std::chrono::steady_clock::now();
-    // A running stream is activity: the client is waiting for it. Checked again within a second.
+    // A running stream is activity: the client is waiting for it. Checked again within a second;
+    // the time from that check to the stream's end is counted by make_sink, which restarts the
+    // clock as the stream's final frame is queued.
     if (running_streams() > 0) last_activity_ = now;
     const auto due = last_activity_ + idle;
     if (now >= due)
@@ -194,13 +196,18 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     send(R"({"type":"authed"})");  // so that the client knows it may go on
   }
 
-  frame_sink make_sink() {
+  // `rec`'s frames, posted to this socket's strand in the order the record hands them over.
+  frame_sink make_sink(const std::shared_ptr<stream_record>& rec) {
     std::weak_ptr<ws_session> w = weak_from_this();
-    return [w](std::string frame, std::function<void()> written) {
+    std::weak_ptr<stream_record> r = rec;  // the record holds the sink: no cycle
+    return [w, r](std::string frame, std::function<void()> written) {
       if (auto s = w.lock()) {
         auto ex = s->ws_.get_executor();
-        asio::post(ex, [s = std::move(s), frame = std::move(frame), written = std::move(written)]() mutable {
+        asio::post(ex, [s = std::move(s), r, frame = std::move(frame), written = std::move(written)]() mutable {
           s->send(std::move(frame), std::move(written));
+          // A stream's end is activity, as its running was: the idle time counts from its final
+          // frame (the last one the record posts), not from watch_idle's last tick before it.
+          if (auto rec = r.lock(); rec && rec->ended()) s->last_activity_ = std::chrono::steady_clock::now();
         });
       }
     };
@@ -244,7 +251,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
       return refuse("duplicate_id",
                     error_frame(f.id, "duplicate_id",
                                 "the id '" + f.id + "' is in use (a running stream, or one still resumable)"));
-    rec->attach(make_sink(), -1, this);
+    rec->attach(make_sink(rec), -1, this);
     streams_[f.id] = rec;
     f.spec.tenant = tenant_;
     auto& met = ctx_.met;
@@ -303,11 +310,23 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   }
 
   // Only a stream this socket started or resumed (and still holds) can be cancelled from it.
+  // Every cancel is answered once: a running stream's by its final frame ("cancelled", or its
+  // own reason when it ends before the cancel reaches the pipeline: the record sends one final
+  // frame), an ended stream's by `already_done`.
   void cancel(const client_frame& f) {
     auto it = streams_.find(f.id);
     if (it == streams_.end() || !it->second->attached_to(this))
       return send(error_frame(f.id, "unknown_id", "no request with id '" + f.id + "' on this connection"));
-    it->second->cancel();  // its done frame (finish_reason "cancelled") follows
+    if (!it->second->ended()) return it->second->cancel();
+    // Its final frame was posted to this strand as it ended, and may still be on its way: posted
+    // behind it, this answer never reaches the client before it.
+    asio::post(ws_.get_executor(),
+               [self = shared_from_this(),
+                frame = error_frame(f.id, "already_done",
+                                    "the stream '" + f.id + "' has already ended (its final frame was sent); "
+                                                            "nothing to cancel")]() mutable {
+                 self->send(std::move(frame));
+               });
   }
 
   // A stream is resumed with the resume_key its generate gave: another client that knows only
@@ -321,7 +340,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
                                   "or its resumption window passed)"));
     const std::string displaced =
         error_frame(f.id, "resumed_elsewhere", "the stream was resumed on another connection");
-    if (!rec->attach(make_sink(), f.from_index, this, displaced))
+    if (!rec->attach(make_sink(rec), f.from_index, this, displaced))
       return send(error_frame(f.id, "resume_gap", "tokens after index " + std::to_string(f.from_index) +
                                                       " are no longer kept"));
     streams_[f.id] = rec;

@@ -1,13 +1,15 @@
 """The WebSocket protocol of docs/protocol.md driven by the `websockets` package against
 `troupe serve` with the real model: generate, two requests multiplexed on one socket, cancel,
 resume after a reconnect (with the generate's resume_key, and only with it), a resume that
-displaces a socket still open, cancel kept to its own socket, bad frames, an oversized message,
-and authentication by frame.
+displaces a socket still open, cancel kept to its own socket, a cancel after or racing a stream's
+end, bad frames, an oversized message, authentication by frame, and the idle close timed from the
+last stream's end.
 
 The server runs without the response cache, so that every request here is really generated."""
 import asyncio
 import json
 import secrets
+import time
 
 import pytest
 import websockets
@@ -125,11 +127,50 @@ def test_cancel_mid_stream(server):
             # Nothing follows the done frame, and the socket still serves.
             await ws.send(json.dumps({"type": "ping"}))
             assert await recv_json(ws) == {"type": "pong"}
-            # Cancelling an ended stream again is harmless: no second done frame.
+            # Cancelling the ended stream again is answered, with no second done frame.
             await ws.send(json.dumps({"type": "cancel", "id": "c1"}))
             await ws.send(json.dumps({"type": "ping"}))
             f = await recv_json(ws)
-            assert f == {"type": "pong"} or f.get("type") == "error", f
+            assert (f["type"], f["id"], f["code"]) == ("error", "c1", "already_done"), f
+            assert await recv_json(ws) == {"type": "pong"}
+    run(body())
+
+
+def test_a_cancel_after_the_end_is_answered_already_done(server):
+    """A stream that ended on its own, then cancelled: `already_done`, after its done frame."""
+    async def body():
+        async with connect(server.ws_url) as ws:
+            await ws.send(generate("e1", "Say hello.", 2))
+            _, done = await read_until_end(ws, "e1")
+            assert done["type"] == "done", done
+            await ws.send(json.dumps({"type": "cancel", "id": "e1"}))
+            f = await recv_json(ws, 10)
+            assert (f["type"], f["id"], f["code"]) == ("error", "e1", "already_done"), f
+            assert "ended" in f["message"] and f["param"] is None, f
+            await ws.send(json.dumps({"type": "ping"}))
+            assert await recv_json(ws) == {"type": "pong"}
+    run(body())
+
+
+def test_a_cancel_racing_the_end_gets_one_final_frame(server):
+    """Cancels sent as short streams end: each stream has exactly one done frame (`cancelled` or
+    its own reason), a cancel that came too late is `already_done`, never before that done frame,
+    and a cancel sent after it always is."""
+    async def body():
+        async with connect(server.ws_url) as ws:
+            for i in range(12):
+                rid = f"race{i}"
+                await ws.send(generate(rid, "Say hello.", 2 + i % 3, ignore_eos=True))
+                first = [await recv_json(ws)] if i % 2 else []  # cancel as the stream is about to end
+                await ws.send(json.dumps({"type": "cancel", "id": rid}))
+                _, done = await read_until_end(ws, rid, first=first)
+                assert done["type"] == "done" and done["finish_reason"] in ("cancelled", "length"), done
+                await ws.send(json.dumps({"type": "cancel", "id": rid}))
+                await ws.send(json.dumps({"type": "ping", "id": rid}))
+                late = []
+                while (f := await recv_json(ws, 30))["type"] != "pong":
+                    late.append((f["type"], f["id"], f.get("code")))
+                assert late in ([("error", rid, "already_done")], [("error", rid, "already_done")] * 2), late
     run(body())
 
 
@@ -452,4 +493,42 @@ def test_auth_by_header_or_first_frame():
             assert done["type"] == "done"
 
     with running_server("--api-key", "k1") as s:
+        run(body(s))
+
+
+def test_the_idle_time_counts_from_the_end_of_the_last_stream():
+    """A socket is idle only while none of its streams runs (docs/protocol.md): the close (1001)
+    comes no sooner than the idle time after the last done frame. Sockets opened a third of a
+    second apart run streams that end together, so that a clock that noticed a stream's end only
+    at a once-a-second check, timed from each socket's opening, would show on one of them."""
+    idle_s = 2
+
+    async def one(url, opened_after, start):
+        await asyncio.sleep(opened_after)
+        async with connect(url, ping_interval=None) as ws:  # client pings would count as activity
+            await start.wait()
+            for k in range(2):
+                await ws.send(generate(f"idle{opened_after:.2f}-{k}", "Write about the sea.", 64, ignore_eos=True))
+            ended = 0
+            while ended < 2:
+                f = await recv_json(ws)
+                assert f["type"] in ("token", "done"), f
+                ended += f["type"] == "done"
+            last_done = time.monotonic()
+            with pytest.raises(websockets.ConnectionClosed) as e:
+                await asyncio.wait_for(ws.recv(), idle_s + 10)
+            assert e.value.rcvd.code == 1001 and "idle" in e.value.rcvd.reason, e.value
+            return time.monotonic() - last_done
+
+    async def body(s):
+        start = asyncio.Event()
+        sockets = [asyncio.create_task(one(s.ws_url, k / 3, start)) for k in range(3)]
+        await asyncio.sleep(0.8)
+        start.set()
+        quiet = await asyncio.gather(*sockets)
+        # The server's clock starts as it sends the last done frame, a little before it arrives
+        # here; a once-a-second check would have closed one of them about half a second early.
+        assert all(idle_s - 0.25 <= q <= idle_s + 1.5 for q in quiet), quiet
+
+    with running_server("--no-cache", "--ws-idle", str(idle_s)) as s:
         run(body(s))
