@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <memory>
 #include <set>
@@ -40,6 +42,12 @@ void write_changes(troupe::net::json_writer& w, const char* name, const std::vec
   w.end_array();
 }
 
+std::string workers_text(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 // POST /admin/reload, GET /admin/config and SIGHUP, over the config reloader.
 troupe::net::inference::admin_reply admin_action(cfg::config_reloader& reloader, troupe::app::serve_instance& inst,
                                                  const std::string& action) {
@@ -63,6 +71,13 @@ troupe::net::inference::admin_reply admin_action(cfg::config_reloader& reloader,
     }
     return swapped;
   });
+  // A worker runs its own scheduler from its own config: the reply names the workers that the
+  // scheduler keys applied here did not reach.
+  std::vector<std::string> workers;
+  if (r.ok && std::any_of(r.applied.begin(), r.applied.end(), [](const cfg::config_change& c) {
+        return c.key.rfind("scheduler.", 0) == 0;
+      }))
+    workers = inst.workers();
   if (r.ok) {
     std::string keys;
     for (const auto& c : r.applied) keys += (keys.empty() ? "" : ", ") + c.key;
@@ -70,6 +85,9 @@ troupe::net::inference::admin_reply admin_action(cfg::config_reloader& reloader,
                  r.version, keys.empty() ? "nothing" : keys, r.replaced.size(), r.restart_needed.size());
     for (const auto& c : r.restart_needed)
       spdlog::warn("troupe: config key {} changed ({} -> {}) but needs a restart", c.key, c.old_value, c.new_value);
+    if (!workers.empty())
+      spdlog::warn("troupe: the scheduler keys applied to this process's replica only: workers {} each reload their "
+                   "own config on SIGHUP", workers_text(workers));
   } else {
     spdlog::error("troupe: {}", r.error);
   }
@@ -79,7 +97,15 @@ troupe::net::inference::admin_reply admin_action(cfg::config_reloader& reloader,
   write_changes(w, "restart_needed", r.restart_needed);
   w.key("replaced").begin_array();
   for (const auto& n : r.replaced) w.value(n);
-  w.end_array().end_object();
+  w.end_array();
+  if (!workers.empty()) {
+    w.key("not_applied_on_workers").begin_array();
+    for (const auto& n : workers) w.value(n);
+    w.end_array();
+    w.field("workers_note", "scheduler keys were applied to this process's replica only; each worker reloads its own "
+                            "config on SIGHUP (troupe worker)");
+  }
+  w.end_object();
   return {r.ok ? 200 : 400, w.take()};
 }
 

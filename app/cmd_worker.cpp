@@ -51,6 +51,8 @@ troupe::app::register_command reg("worker", "Run an engine replica that joins a 
     o.config = c->config;
     o.join = a->join;
     o.name = a->name;
+    o.config_path = a->config;
+    o.overrides = std::move(overrides);
     return troupe::app::run_worker(o);
   };
 });

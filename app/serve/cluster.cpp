@@ -233,6 +233,7 @@ std::string router_health(const actors::router_stats& s) {
     w.begin_object().field("id", static_cast<int64_t>(r.id)).field("name", r.name).field("state", r.state);
     w.field("in_flight", static_cast<int64_t>(r.in_flight)).field("running", static_cast<int64_t>(r.load.running));
     w.field("waiting", static_cast<int64_t>(r.load.waiting));
+    w.field("max_num_seqs", static_cast<int64_t>(r.load.max_num_seqs));  // its batch limit in force
     w.field("kv_blocks_available", static_cast<int64_t>(r.load.kv_blocks_available));
     w.field("placed", r.placed).end_object();
   }

@@ -158,6 +158,18 @@ class pipeline_inference : public net::inference {
     return p->reconfigure(with_numerics, stages);
   }
 
+  // The replicas on other hosts that are part of the cluster now (not dead): a reload here does
+  // not reach them (each worker reloads its own config on SIGHUP).
+  std::vector<std::string> workers() {
+    std::vector<std::string> out;
+    actors::pipeline* p = current_pipeline();
+    if (!p) return out;
+    if (auto rs = p->get_router_stats(std::chrono::seconds(2)))
+      for (const auto& r : rs->replicas)
+        if (r.id != 0 && r.state != "dead") out.push_back(r.name);
+    return out;
+  }
+
   std::string token_piece(int32_t id) const override {
     auto codec = codec_now();
     return codec ? codec->token_piece(id) : std::string();
@@ -607,6 +619,8 @@ result<std::vector<std::string>> serve_instance::reconfigure(const actors::pipel
                                                              const std::set<std::string>& stages) {
   return impl_->inf.reconfigure(next, stages);
 }
+
+std::vector<std::string> serve_instance::workers() { return impl_->inf.workers(); }
 
 net::inference::admin_reply serve_instance::admin(const std::string& action) {
   if (!impl_->opts.admin) return {404, "{}"};

@@ -55,6 +55,9 @@ class serve_instance {
   // while serving (actors::pipeline::reconfigure). Answers the names of the actors replaced, or
   // why nothing was.
   result<std::vector<std::string>> reconfigure(const actors::pipeline_config& next, const std::set<std::string>& stages);
+  // The workers (replicas on other hosts) in the cluster now, by name: a reload of this process
+  // does not reach them.
+  std::vector<std::string> workers();
   // Runs an admin action as /admin does (for SIGHUP).
   net::inference::admin_reply admin(const std::string& action);
   // Graceful shutdown (server::begin_drain): no new requests; in_flight() counts the running ones.

@@ -8,12 +8,14 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <set>
 #include <thread>
 
 #include "actors/router/replica_door.hpp"
 #include "actors/runtime.hpp"
 #include "actors/supervisor/pipeline.hpp"
 #include "app/serve/cluster.hpp"
+#include "config/config_reloader.hpp"
 #include "model/llama_model.hpp"
 
 namespace troupe::app {
@@ -41,6 +43,36 @@ actors::door_status status_of(caf::actor_system& sys, const actors::door_actor& 
   return out;
 }
 
+// What the worker's pipeline runs of a config: the front admits, caches and streams, so here only
+// the scheduler and the executor work (the other stages idle) and the cache is off.
+actors::pipeline_config replica_pipeline(actors::pipeline_config cfg, const std::string& model) {
+  cfg.model_name = model;
+  cfg.cache.enabled = false;
+  cfg.cache.exact.enabled = false;
+  cfg.cache.semantic.enabled = false;
+  return cfg;
+}
+
+// SIGHUP: the worker's own config read again, its scheduler replaced while serving where its
+// keys changed (the only stage that works here). Logged, as the front logs its reloads.
+void reload(config::config_reloader& reloader, actors::pipeline& p, const std::string& model) {
+  auto r = reloader.reload([&](const config::troupe_config& next, const std::set<std::string>& stages) {
+    std::set<std::string> here;
+    if (stages.count("scheduler")) here.insert("scheduler");
+    return p.reconfigure(replica_pipeline(next.pipeline, model), here);
+  });
+  if (!r.ok) {
+    spdlog::error("troupe worker: {}", r.error);
+    return;
+  }
+  std::string keys;
+  for (const auto& c : r.applied) keys += (keys.empty() ? "" : ", ") + c.key;
+  spdlog::info("troupe worker: SIGHUP: config reloaded: version {}; applied: {}; replaced: {} actor(s)", r.version,
+               keys.empty() ? "nothing" : keys, r.replaced.size());
+  for (const auto& c : r.restart_needed)
+    spdlog::warn("troupe worker: config key {} changed ({} -> {}) but needs a restart", c.key, c.old_value, c.new_value);
+}
+
 }  // namespace
 
 int run_worker(const worker_options& o) {
@@ -48,6 +80,7 @@ int run_worker(const worker_options& o) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   auto front = parse_host_port(o.join, "--join");
@@ -80,14 +113,9 @@ int run_worker(const worker_options& o) {
   d.numerics = numerics_of(conf, *m.value());
   auto door = actors::spawn_replica_door(sys, d);
 
-  // A replica: the front admits, caches and streams; here only the scheduler and the executor
-  // work (the other stages idle), and outputs go up through the door.
-  auto cfg = conf.pipeline;
-  cfg.model_name = d.model;
-  cfg.cache.enabled = false;
-  cfg.cache.exact.enabled = false;
-  cfg.cache.semantic.enabled = false;
-  auto p = actors::pipeline::start(sys, cfg, m.value(), conf.backend, conf.model.backend, caf::actor_cast<caf::actor>(door));
+  // A replica, its outputs going up through the door.
+  auto p = actors::pipeline::start(sys, replica_pipeline(conf.pipeline, d.model), m.value(), conf.backend,
+                                   conf.model.backend, caf::actor_cast<caf::actor>(door));
   if (!p) {
     std::fprintf(stderr, "troupe worker: cannot start the replica: %s\n", p.error().c_str());
     caf::anon_send_exit(door, caf::exit_reason::user_shutdown);
@@ -95,6 +123,7 @@ int run_worker(const worker_options& o) {
   }
   std::printf("troupe worker: replica ready (%s); joining %s\n", d.name.c_str(), o.join.c_str());
   std::fflush(stdout);
+  config::config_reloader reloader(conf, o.config_path, config::self_executable(), o.overrides);
 
   int code = 0;
   bool draining = false, announced = false;
@@ -104,6 +133,7 @@ int run_worker(const worker_options& o) {
   for (;;) {
     timespec ts{0, 100 * 1000 * 1000};
     const int sig = sigtimedwait(&set, nullptr, &ts);
+    if (sig == SIGHUP && !draining) reload(reloader, *p.value(), d.model);
     if (sig == SIGINT || sig == SIGTERM) {
       if (draining) break;  // a second signal: leave now
       draining = true;

@@ -14,6 +14,7 @@ answer has exactly max_tokens tokens; the reference answers come from a plain si
 import json
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -461,6 +462,54 @@ def test_a_worker_computing_differently_is_refused_naming_the_setting():
             assert "odd" not in [x["name"] for x in h["router"]["replicas"]]
         finally:
             alike.kill()
+
+
+# ---- 6c. a reload and the workers ----------------------------------------------------------------------
+
+
+def test_a_reload_names_the_workers_it_does_not_reach_and_a_worker_reloads_on_sighup(tmp_path):
+    """Each process runs its own scheduler from its own config: the front's reload changes the
+    front's replica and says which workers it did not reach; SIGHUP makes a worker read its own
+    config again and swap its scheduler while it serves."""
+    token = "admin-secret"
+
+    def front_config(seqs):
+        (tmp_path / "front.toml").write_text(f'[auth]\nadmin_token = "{token}"\n[scheduler]\nmax_num_seqs = {seqs}\n')
+
+    def worker_config(seqs):
+        (tmp_path / "worker.toml").write_text(f"[scheduler]\nmax_num_seqs = {seqs}\n")
+
+    def seqs_by_name(router):
+        return {x["name"]: x["max_num_seqs"] for x in router.get("replicas", []) if x["state"] == "ready"}
+
+    front_config(64)
+    worker_config(64)
+    with Front("--config", str(tmp_path / "front.toml")) as f:
+        w = Worker(f.cluster, "--config", str(tmp_path / "worker.toml"), name="w1")
+        try:
+            f.wait_for(lambda r: seqs_by_name(r) == {"local": 64, "w1": 64}, what="both replicas at 64 sequences")
+            front_config(1)
+            req = urllib.request.Request(f.url + "/admin/reload", method="POST", data=b"",
+                                         headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                answer = json.loads(r.read())
+            assert answer["ok"], answer
+            assert [c["key"] for c in answer["applied"]] == ["scheduler.max_num_seqs"], answer
+            assert answer["not_applied_on_workers"] == ["w1"], answer
+            assert "SIGHUP" in answer["workers_note"], answer
+            f.wait_for(lambda r: seqs_by_name(r) == {"local": 1, "w1": 64}, what="the front's replica at 1")
+
+            worker_config(1)
+            w.proc.send_signal(signal.SIGHUP)
+            f.wait_for(lambda r: seqs_by_name(r) == {"local": 1, "w1": 1}, what="the worker at 1 after SIGHUP")
+            assert any("config reloaded" in line and "scheduler.max_num_seqs" in line for line in w.log), w.output()
+            assert w.proc.poll() is None, w.output()
+            # Both still serve, one sequence at a time each.
+            streams = run_all(f.port, specs(8)[:4])
+            assert all(st.error is None and st.finish_reason == "length" for st in streams), \
+                [(st.prompt, st.error) for st in streams]
+        finally:
+            w.kill()
 
 
 # ---- 6b. a client going away frees the remote sequence ---------------------------------------------------
