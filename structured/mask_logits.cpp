@@ -9,7 +9,10 @@ void mask_logits(matcher& m, float* logits, int32_t n_vocab, const std::vector<i
                  std::vector<uint64_t>& mask, int64_t remaining) {
   const bool must_end = m.must_end();
   const int64_t need = must_end ? 0 : m.min_bytes_to_end();
-  const bool closing = remaining > 0 && !must_end && remaining - 1 <= need + closing_margin;
+  // Closing only where something is left to close: an output that may end here (free text, a
+  // finished value followed by optional whitespace) is not cut short by the budget, it goes on
+  // as the model likes while every token keeps it closable.
+  const bool closing = remaining > 0 && !must_end && need > 0 && remaining - 1 <= need + closing_margin;
   if (closing) {
     m.closing_tokens(mask);
   } else if (!must_end) {
@@ -17,9 +20,10 @@ void mask_logits(matcher& m, float* logits, int32_t n_vocab, const std::vector<i
     // One token can push the way out far off (an object begun where null was the way out, in a
     // recursive schema): near the budget's end, tokens after which the output could no longer
     // close in the tokens left go. The closing tokens then need at most one token a byte and the
-    // end token: after this one, remaining - 1 tokens, so at most remaining - 2 bytes.
+    // end token: after this one, remaining - 1 tokens, so at most remaining - 2 bytes; the last
+    // token may still be one after which the output is complete (it ends at the budget).
     if (remaining > 0 && remaining - 1 <= need + closing_margin + m.max_entry_bytes())
-      m.drop_tokens_past(mask, remaining - 2);
+      m.drop_tokens_past(mask, std::max<int64_t>(remaining - 2, 0));
   }
   const float ninf = -std::numeric_limits<float>::infinity();
   std::vector<float> kept;  // the eog tokens' own logits, put back where ending is allowed

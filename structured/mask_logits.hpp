@@ -14,7 +14,9 @@ namespace troupe::structured {
 // `remaining`: the tokens the request may still generate, this one included (0: no bound known).
 // When it runs short — no more than the bytes that close the output (each token makes at least
 // one), the end token and `closing_margin` besides — only tokens along the shortest completion
-// are allowed, so that a structured output ends complete rather than cut off at max_tokens.
+// are allowed, so that a structured output ends complete rather than cut off at max_tokens. An
+// output that may end where it is (free text, a tool-call grammar's text part) is not ended early:
+// it may run to the budget's end, each token keeping it closable.
 inline constexpr int64_t closing_margin = 16;
 
 // `mask` is scratch space for the allowed-token bits (kept by the caller to reuse its memory).

@@ -129,3 +129,29 @@ TEST(MaskLogits, NearTheBudgetsEndNoTokenLeadsPastIt) {
   }
   EXPECT_TRUE(run.can_end()) << "cut at the budget's end: " << out;
 }
+
+// Where the output may end at every point (text before a tool call, `[a-z]*`), the budget does not
+// end it early: it runs to the last token, complete all the way (it used to get only the end token
+// from closing_margin + 1 tokens before the budget's end).
+TEST(MaskLogits, AnOutputThatMayEndAnywhereRunsToTheBudgetsEnd) {
+  auto m = make(kind::regex, "[a-z]*");
+  std::vector<uint64_t> bits;
+  int64_t made = 0;
+  for (int64_t remaining = 40; remaining > 0; --remaining) {
+    auto row = ones();
+    row['x'] = 5.0f;  // the model would rather go on
+    mask_logits(m, row.data(), 258, {256}, bits, remaining);
+    ASSERT_EQ(row['x'], 5.0f) << remaining << " tokens left";
+    EXPECT_EQ(row[256], 1.0f) << "ending stays allowed";
+    ASSERT_TRUE(m.accept('x'));
+    ++made;
+  }
+  EXPECT_EQ(made, 40);
+  EXPECT_TRUE(m.can_end());
+  // A token that would leave the output open at the last token is not allowed.
+  auto open = make(kind::regex, "(ab)*");
+  auto row = ones();
+  mask_logits(open, row.data(), 258, {256}, bits, /*remaining=*/1);
+  EXPECT_TRUE(std::isinf(row['a'])) << "\"a\" alone could not be closed";
+  EXPECT_EQ(row[257], 1.0f) << "\"ab\" leaves it complete";
+}
