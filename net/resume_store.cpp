@@ -74,6 +74,8 @@ void stream_record::add_token(int32_t index, std::string text, std::string logpr
 void stream_record::finish(std::string frame, clock::time_point now, clock::duration window,
                            std::shared_ptr<void> hold) {
   std::lock_guard<std::mutex> lock(mu_);
+  // A stream has one final frame: a second finish (a pipeline answering twice) is not sent.
+  if (final_) return;
   if (sink_) sink_(frame, [hold = std::move(hold)] {});
   final_ = std::move(frame);
   expires_ = now + window;

@@ -58,7 +58,7 @@ class stream_record : public std::enable_shared_from_this<stream_record> {
   void cancel();
 
   // Records a token (forwarded to the attached sink as a token frame, net/ws_protocol.hpp) / the
-  // final frame (forwarded as it is). `hold` (may be
+  // final frame (forwarded as it is; only the first, a stream has one). `hold` (may be
   // empty) lives until the final frame is written or dropped by the attached connection, or
   // goes at once when none is attached (a drain waits on it).
   void add_token(int32_t index, std::string text, std::string logprobs = {});

@@ -38,6 +38,25 @@ TEST(resume_store, replays_after_index_then_goes_live_without_gaps_or_duplicates
   EXPECT_TRUE(store.create("", "r1") == nullptr ? false : true) << "an ended id may be reused";
 }
 
+// A stream ends once: a second final frame (a pipeline answering twice) reaches nobody, attached
+// or resuming, and the first stays what a resume replays.
+TEST(resume_store, a_stream_has_one_final_frame) {
+  resume_store store(std::chrono::milliseconds(1000), 100);
+  auto rec = store.create("", "f1", "secret-secret-secret");
+  ASSERT_TRUE(rec);
+  std::vector<std::string> seen, later;
+  int tag1 = 0, tag2 = 0;
+  rec->attach([&](std::string f, std::function<void()>) { seen.push_back(f); }, -1, &tag1);
+  rec->add_token(0, "t0");
+  const auto t = stream_record::clock::now();
+  rec->finish("done", t, std::chrono::milliseconds(1000));
+  rec->finish("error", t, std::chrono::milliseconds(1000));
+  EXPECT_EQ(seen, (std::vector<std::string>{tok("f1", 0, "t0"), "done"}));
+  rec->detach(&tag1, t, std::chrono::milliseconds(1000));
+  ASSERT_TRUE(rec->attach([&](std::string f, std::function<void()>) { later.push_back(f); }, 0, &tag2));
+  EXPECT_EQ(later, (std::vector<std::string>{"done"}));
+}
+
 // Only the generate's resume_key resumes a stream (none: it cannot be resumed); a connection that
 // still holds a stream when another resumes it gets the `displaced` frame, and no frame after.
 TEST(resume_store, resume_keys_and_the_displaced_connection) {
