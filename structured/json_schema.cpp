@@ -681,12 +681,20 @@ class generator {
     const bool has_fmt = !obj["format"].get_string().get(fmt);
     const bool has_pat = !obj["pattern"].get_string().get(pat);
     const bool has_len = keys.count("minLength") || keys.count("maxLength");
+    static const std::set<std::string_view> served_formats = {"date", "time", "date-time", "uuid", "email"};
+    // An unknown format first: pydantic's AnyUrl (format uri with length bounds) should hear that
+    // 'uri' is the problem, not the combination.
+    if (has_fmt && !served_formats.count(fmt))
+      return fail("unsupported string format '" + std::string(fmt) + "' (supported: date, time, date-time, uuid, email)", ptr);
     if ((has_fmt && has_pat) || ((has_fmt || has_pat) && has_len))
       return fail("only one of format, pattern and minLength/maxLength may constrain a string", ptr);
     if (has_fmt) {
       static const std::string label = "[a-zA-Z0-9] ([a-zA-Z0-9-]{0,61} [a-zA-Z0-9])?";
       static const std::map<std::string_view, std::string> formats = {
-          {"date", "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])"},
+          // Years 0001-9999: RFC 3339 allows 0000, which Python's date (pydantic) and most date
+          // libraries refuse, and no client asks for it.
+          {"date", "([1-9] [0-9]{3} | \"0\" ([1-9] [0-9]{2} | \"0\" ([1-9] [0-9] | \"0\" [1-9]))) \"-\" "
+                   "(\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])"},
           {"time", "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? (\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])"},
           {"uuid", "[0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12}"},
           // RFC 5321: a domain of two to four labels, each 1-63 letters, digits and hyphens that
@@ -697,10 +705,7 @@ class generator {
       if (fmt == "date-time") {
         body = formats.at("date") + " \"T\" " + formats.at("time");
       } else {
-        auto it = formats.find(fmt);
-        if (it == formats.end())
-          return fail("unsupported string format '" + std::string(fmt) + "' (supported: date, time, date-time, uuid, email)", ptr);
-        body = it->second;
+        body = formats.at(fmt);  // served_formats held it
       }
       out = common("format-" + sanitize(fmt), "\"\\\"\" " + body + " \"\\\"\"");
       return {};

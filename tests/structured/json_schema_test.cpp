@@ -157,6 +157,14 @@ TEST(JsonSchema, StringLengthFormatsAndPatterns) {
   EXPECT_FALSE(len.accepts(R"("abcd")"));
   EXPECT_TRUE(schema(R"({"type": "string", "format": "date"})").accepts(R"("2024-02-29")"));
   EXPECT_FALSE(schema(R"({"type": "string", "format": "date"})").accepts(R"("2024-13-01")"));
+  EXPECT_FALSE(schema(R"({"type": "string", "format": "date"})").accepts(R"("0000-01-01")")) << "no year 0 (pydantic refuses it)";
+  for (const char* year : {"0001", "0010", "0100", "1000", "9999"})
+    EXPECT_TRUE(schema(R"({"type": "string", "format": "date"})").accepts(std::string("\"") + year + "-01-01\"")) << year;
+  EXPECT_FALSE(schema(R"({"type": "string", "format": "date-time"})").accepts(R"("0000-01-01T00:00:00Z")"));
+  // pydantic's AnyUrl: the unsupported format is what is named, not the combination with lengths.
+  auto url = json_schema_to_gbnf(R"({"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083})");
+  ASSERT_FALSE(url);
+  EXPECT_NE(url.error().find("unsupported string format 'uri'"), std::string::npos) << url.error();
   EXPECT_TRUE(schema(R"({"type": "string", "format": "time"})").accepts(R"("23:59:01Z")"));
   EXPECT_TRUE(schema(R"({"type": "string", "format": "date-time"})").accepts(R"("2024-05-01T10:00:00.123+02:00")"));
   EXPECT_TRUE(schema(R"({"type": "string", "format": "uuid"})").accepts(R"("123e4567-e89b-12d3-a456-426614174000")"));
