@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "structured/detail/schema_keywords.hpp"
 #include "structured/regex.hpp"
 
 namespace troupe::structured {
@@ -23,99 +24,6 @@ constexpr int64_t max_enumerated_integers = 1000;
 // The largest integer integer_rule writes (16 digits), and a clamp for integer bounds beyond it.
 constexpr int64_t integer_written = 9'999'999'999'999'999;
 constexpr int64_t integer_far = 100'000'000'000'000'000;
-
-const std::set<std::string_view>& annotations() {
-  static const std::set<std::string_view> s = {"description", "title",    "default",   "examples", "$schema",
-                                               "$id",         "$comment", "deprecated", "readOnly", "writeOnly"};
-  return s;
-}
-bool number_value(element e, double& v) {
-  if (e.is_double()) v = e.get_double().value_unsafe();
-  else if (e.is_int64()) v = static_cast<double>(e.get_int64().value_unsafe());
-  else if (e.is_uint64()) v = static_cast<double>(e.get_uint64().value_unsafe());
-  else return false;
-  return true;
-}
-bool is_anything(element) { return true; }
-bool is_string(element e) { return e.type() == element_type::STRING; }
-bool is_schema(element e) { return e.type() == element_type::OBJECT || e.type() == element_type::BOOL; }
-bool is_number(element e) {
-  double v = 0;
-  return number_value(e, v);
-}
-bool is_count(element e) {
-  double v = 0;
-  return number_value(e, v) && v >= 0 && v == std::floor(v);
-}
-bool array_of(element e, bool (*member_ok)(element), bool nonempty) {
-  if (e.type() != element_type::ARRAY) return false;
-  const simdjson::dom::array a = e.get_array().value_unsafe();
-  for (auto m : a)
-    if (!member_ok(m)) return false;
-  return !nonempty || a.size() > 0;
-}
-bool is_object_of_schemas(element e) {
-  if (e.type() != element_type::OBJECT) return false;
-  const simdjson::dom::object o = e.get_object().value_unsafe();
-  for (auto f : o)
-    if (!is_schema(f.value)) return false;
-  return true;
-}
-
-// What a keyword's value must be. A draft-4 form (`older`, a value type) is refused with a note
-// saying so.
-struct value_kind {
-  bool (*ok)(element);
-  const char* what;
-  element_type older = element_type::NULL_VALUE;
-  const char* older_note = nullptr;
-};
-
-// The supported keywords and what each one's value must be, checked wherever the keyword stands
-// (for whichever type, and in branches that never read it): read as absent, `"maximum": "5"`,
-// draft 4's `"exclusiveMinimum": true`, `"properties": [1]` or `"format": 5` let the output break
-// what the schema meant.
-const std::map<std::string_view, value_kind>& value_kinds() {
-  const auto types = [](element e) { return is_string(e) || array_of(e, is_string, true); };
-  const auto strings = [](element e) { return array_of(e, is_string, false); };
-  const auto nonempty_array = [](element e) { return array_of(e, is_anything, true); };
-  const auto schemas = [](element e) { return array_of(e, is_schema, false); };
-  const auto nonempty_schemas = [](element e) { return array_of(e, is_schema, true); };
-  static const value_kind bound{is_number, "a number", element_type::BOOL, "the draft-4 boolean form is not supported"};
-  static const value_kind counted{is_count, "a non-negative integer"};
-  static const value_kind text{is_string, "a string"};
-  static const value_kind schema_map{is_object_of_schemas, "an object of schemas (objects or booleans)"};
-  static const value_kind alternatives{nonempty_schemas, "a non-empty array of schemas (objects or booleans)"};
-  static const std::map<std::string_view, value_kind> m = {
-      {"const", {is_anything, "any value"}},
-      {"type", {types, "a type name or a non-empty array of type names"}},
-      {"properties", schema_map},
-      {"required", {strings, "an array of strings"}},
-      {"additionalProperties", {is_schema, "a boolean or a schema object"}},
-      {"enum", {nonempty_array, "a non-empty array"}},
-      {"items", {is_schema, "a boolean or a schema object", element_type::ARRAY, "the draft-4 array form is 'prefixItems' now"}},
-      {"prefixItems", {schemas, "an array of schemas (objects or booleans)"}},
-      {"anyOf", alternatives},
-      {"oneOf", alternatives},
-      {"allOf", alternatives},
-      {"$ref", text},
-      {"$defs", schema_map},
-      {"definitions", schema_map},
-      {"format", text},
-      {"pattern", text},
-      {"minimum", bound},
-      {"maximum", bound},
-      {"exclusiveMinimum", bound},
-      {"exclusiveMaximum", bound},
-      {"minItems", counted},
-      {"maxItems", counted},
-      {"minLength", counted},
-      {"maxLength", counted},
-      {"minProperties", counted},
-      {"maxProperties", counted},
-  };
-  return m;
-}
 
 std::string escape_pointer(std::string_view key) {
   std::string out;
@@ -363,10 +271,10 @@ class generator {
     auto obj = s.get_object().value_unsafe();
     std::set<std::string_view> keys;
     for (auto f : obj) {
-      if (!value_kinds().count(f.key) && !annotations().count(f.key))
+      if (!detail::is_schema_keyword(f.key) && !detail::annotations().count(f.key))
         return fail("unsupported keyword '" + std::string(f.key) + "'", ptr);
       if (auto st = check_value(f.key, f.value, ptr); !st) return st;
-      if (!annotations().count(f.key) && f.key != "$defs" && f.key != "definitions") keys.insert(f.key);
+      if (!detail::annotations().count(f.key) && f.key != "$defs" && f.key != "definitions") keys.insert(f.key);
     }
     auto has = [&](std::string_view k) { return keys.count(k) > 0; };
     auto only = [&](std::string_view k) { return keys.size() == 1 && has(k); };
@@ -482,7 +390,7 @@ class generator {
         std::string_view ref;
         if (o["$ref"].get(ref)) break;  // none, or not a string (refused below)
         for (auto f : o)
-          if (f.key != "$ref" && !annotations().count(f.key) && f.key != "$defs" && f.key != "definitions")
+          if (f.key != "$ref" && !detail::annotations().count(f.key) && f.key != "$defs" && f.key != "definitions")
             return fail("'$ref' together with other constraints is not supported", at);
         element target;
         if (auto st = resolve(std::string(ref), at, target); !st) return st;
@@ -495,7 +403,7 @@ class generator {
         const std::string_view k = f.key;
         if (k == "allOf" && own && pi == 0) continue;
         if (auto st = check_value(k, f.value, at); !st) return st;
-        if (annotations().count(k) || k == "$defs" || k == "definitions" || k == "properties" || k == "required" ||
+        if (detail::annotations().count(k) || k == "$defs" || k == "definitions" || k == "properties" || k == "required" ||
             k == "additionalProperties")
           continue;
         if (k == "type" && f.value.is_string() && f.value.get_string().value_unsafe() == "object") continue;
@@ -617,17 +525,14 @@ class generator {
   }
 
   static status check_value(std::string_view k, element e, const std::string& ptr) {
-    auto it = value_kinds().find(k);
-    if (it == value_kinds().end() || it->second.ok(e)) return {};
-    const value_kind& v = it->second;
-    const bool older = v.older_note && e.type() == v.older;
-    return fail("'" + std::string(k) + "' must be " + v.what + (older ? " (" + std::string(v.older_note) + ")" : ""), ptr);
+    const std::string wrong = detail::keyword_value_error(k, e);
+    return wrong.empty() ? status{} : fail(wrong, ptr);
   }
 
   // Whether bound `k` is present, and its value (check_value has refused one of the wrong kind).
   static bool number_of(simdjson::dom::object o, const char* k, double& v) {
     element e;
-    return !o[k].get(e) && number_value(e, v);
+    return !o[k].get(e) && detail::number_value(e, v);
   }
 
   status visit_typed(simdjson::dom::object obj, const std::set<std::string_view>& keys, const std::string& ty,
