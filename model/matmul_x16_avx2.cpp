@@ -27,7 +27,9 @@ namespace troupe::model::detail {
 namespace {
 
 constexpr int k_ahead = 8;  // blocks of weights fetched ahead of the one in use
-constexpr int k_min_fetch_toks = 4;  // smallest tile that prefetches
+// Smallest tile that prefetches. 1 on AVX2 (AVX-512: 4): on Zen 1 the one-token tile, too, falls
+// behind the hardware prefetcher (decode tg128 119 -> 127 tokens/s, 3 paired runs, bench/README.md).
+constexpr int k_min_fetch_toks = 1;
 constexpr int k_tile_toks = 4;  // tokens per tile (Zen 1, n_tok 16: 2 / 4 / 6 / 8 gave 251 / 281 / 283 / 281 tok/s)
 
 inline __m256 load_fp16x8(const uint8_t* p) {
@@ -155,8 +157,8 @@ void x8_tile(const uint8_t* group, int h, const q8_acts& x, int64_t t, bool fetc
     acc[j] = _mm256_setzero_ps();
   }
   for (int64_t b = 0; b < x.nb; ++b, group += L::kBlockBytes) {
-    // As the AVX-512 kernels: fetch ahead only where a tile computes long enough per block for
-    // the hardware prefetcher to fall behind; the second half reads lines the first one brought.
+    // Fetch ahead from the first tile of each group's half 0 (k_min_fetch_toks); the second half
+    // reads lines the first one brought.
     if (T >= k_min_fetch_toks && fetch && h == 0)
       for (int o = 0; o < L::kBlockBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(group) + k_ahead * L::kBlockBytes + o, _MM_HINT_T0);
     __m256i q[8];
