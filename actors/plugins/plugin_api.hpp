@@ -24,15 +24,19 @@
 #include "actors/admission/policy.hpp"
 #include "actors/streamer/filters/filter_actor.hpp"
 #include "actors/response_cache/policy.hpp"
+#include "actors/router/policy.hpp"
 #include "actors/scheduler/policy.hpp"
 #include "actors/streamer/filters/stream_filter.hpp"
 #include "common/result.hpp"
 
 // Raised whenever something a plugin compiles against changes incompatibly: this header, the
 // interfaces and structs it includes (scheduling_policy, admission_policy, stream_filter,
-// response_cache, options), the actor protocols (admission_gate, filter_actor), or the
-// registries' factory types. 2: admission actors and filter actors.
-#define TROUPE_PLUGIN_ABI_VERSION 3  // 3: request_spec grew constraint and tools
+// response_cache, routing_policy with route_request and replica_view, options), the actor
+// protocols (admission_gate, filter_actor), or the registries' factory types. 2: admission
+// actors and filter actors. 3: request_spec grew constraint and tools. 4: routing policies
+// (add_routing_policy, a new slot in the host's vtable); request_spec and chat_message grew
+// parallel_tool_calls and participant names.
+#define TROUPE_PLUGIN_ABI_VERSION 4
 
 // What troupe hands the entry point. Every call registers into the process-wide registry of its
 // kind; an empty or taken name is an error naming both registrants (the first error also fails
@@ -47,6 +51,9 @@ class troupe_plugin_host {
   virtual troupe::status add_admission_policy(const std::string& name, troupe::actors::admission_policy_factory f) = 0;
   virtual troupe::status add_stream_filter(const std::string& name, troupe::actors::stream_filter_factory f) = 0;
   virtual troupe::status add_response_cache(const std::string& name, troupe::actors::response_cache_factory f) = 0;
+  // The router's choice of replica (`router.policy`, `[router.policy_options]`); its names are
+  // one namespace with the built-in routing policies (round_robin, least_loaded, ...).
+  virtual troupe::status add_routing_policy(const std::string& name, troupe::actors::routing_policy_factory f) = 0;
   // Actors: started by troupe from the factory's spawner with CAF's actor system (link the plugin
   // against CAF, the same libcaf_core troupe uses). An admission actor shares its names with
   // the admission policies, a filter actor with the stream filters.

@@ -18,6 +18,7 @@ plugin_registries plugin_registries::global() {
   r.admission_policies = &admission_policy_registry();
   r.stream_filters = &stream_filter_registry();
   r.response_caches = &response_cache_registry();
+  r.routing_policies = &routing_policy_registry();
   r.admission_actors = &admission_actor_registry();
   r.filter_actors = &filter_actor_registry();
   return r;
@@ -52,6 +53,9 @@ class plugin_host_impl final : public troupe_plugin_host {
   }
   status add_response_cache(const std::string& name, response_cache_factory f) override {
     return add("response cache policy", l_.reg_.response_caches, name, std::move(f));
+  }
+  status add_routing_policy(const std::string& name, routing_policy_factory f) override {
+    return add("routing policy", l_.reg_.routing_policies, name, std::move(f));
   }
 
   void log(const std::string& message) override { spdlog::info("troupe: plugin {}: {}", path_, message); }

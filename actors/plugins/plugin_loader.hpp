@@ -16,6 +16,7 @@
 #include "actors/streamer/filters/filter_actor.hpp"
 #include "common/named_registry.hpp"
 #include "actors/response_cache/policy.hpp"
+#include "actors/router/policy.hpp"
 #include "actors/scheduler/policy.hpp"
 #include "actors/streamer/filters/stream_filter.hpp"
 #include "common/result.hpp"
@@ -28,6 +29,7 @@ struct plugin_registries {
   named_registry<admission_policy_factory>* admission_policies = nullptr;
   named_registry<stream_filter_factory>* stream_filters = nullptr;
   named_registry<response_cache_factory>* response_caches = nullptr;
+  named_registry<routing_policy_factory>* routing_policies = nullptr;
   named_registry<admission_actor_factory>* admission_actors = nullptr;
   named_registry<filter_actor_factory>* filter_actors = nullptr;
   static plugin_registries global();

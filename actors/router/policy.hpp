@@ -3,7 +3,8 @@
 // the request's prompt tokens and each live replica's last load report and prefix summary; it
 // never touches the router's tables. Policies register by name in routing_policy_registry()
 // (an unknown name lists the known ones) and `router.policy` names one. Built-ins, in
-// policies/: round_robin, least_loaded, prefix_affinity.
+// policies/: round_robin, least_loaded, prefix_affinity; plugins add others
+// (troupe_plugin_host::add_routing_policy, docs/extending.md).
 #include <cstdint>
 #include <functional>
 #include <map>

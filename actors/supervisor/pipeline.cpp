@@ -604,6 +604,11 @@ result<std::vector<std::string>> pipeline::reconfigure(const pipeline_config& ne
     if (stages.count("admission")) cfg_.admission = next.admission;
     if (stages.count("cache")) cfg_.cache = next.cache;
     if (stages.count("streamer")) cfg_.streamer.filters = next.streamer.filters;
+    if (stages.count("router")) {
+      auto numerics = std::move(cfg_.router.numerics);  // restart-only: the router keeps them too
+      cfg_.router = next.router;
+      cfg_.router.numerics = std::move(numerics);
+    }
   }
   return out;
 }

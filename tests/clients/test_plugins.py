@@ -2,8 +2,9 @@
 the daily_quota admission actor refuses a tenant past its quota with 429 rate_limited, and
 still does after a restart; output filters (the built-in redact, the pattern_stop filter actor plugin)
 swapped in by POST /admin/reload change the streamed text of the next stream, or end it with
-finish_reason "filtered"; a plugin built for another ABI, a name registered twice and an unknown
-name each stop startup with a message naming what is wrong."""
+finish_reason "filtered"; the tenant_affinity routing policy plugin chosen by router.policy serves,
+and POST /admin/reload switches the router off it and back; a plugin built for another ABI, a name
+registered twice and an unknown name each stop startup with a message naming what is wrong."""
 import asyncio
 import json
 import re
@@ -168,6 +169,49 @@ options = { pattern = "(" }
         assert "streamer.filters[0].options" in answer["error"] and "regular expression" in answer["error"], answer
         again, final = asyncio.run(generate(s, "d"))
         assert final["finish_reason"] == "filtered" and again == stopped, final
+
+
+def write_router_config(path, policy, options=""):
+    path.write_text(f"""
+plugins = ["{plugin('tenant_affinity')}"]
+
+[auth]
+admin_token = "{TOKEN}"
+
+[router]
+policy = "{policy}"
+
+[router.policy_options]
+{options}
+""")
+
+
+def test_a_routing_policy_plugin_serves_and_is_swapped_by_reload(tmp_path):
+    cfg = tmp_path / "troupe.toml"
+    write_router_config(cfg, "tenant_affinity", "max_queued_tokens = 4096")
+    with running_server("--config", str(cfg)) as s:
+        status, first = complete(s, 4)
+        assert status == 200, first
+
+        write_router_config(cfg, "least_loaded")
+        status, answer = post(s.url + "/admin/reload", token=TOKEN)
+        assert status == 200 and answer["ok"], answer
+        assert "router" in answer["replaced"], answer
+        assert "routing policy swapped: tenant_affinity -> least_loaded" in "\n".join(s.log), s.output()
+
+        # Options the plugin's factory refuses: the reload is rejected whole, naming the key.
+        write_router_config(cfg, "tenant_affinity", "max_queued_token = 10")
+        status, answer = post(s.url + "/admin/reload", token=TOKEN)
+        assert status == 400 and not answer["ok"], answer
+        assert "router.policy_options.max_queued_token" in answer["error"], answer
+
+        write_router_config(cfg, "tenant_affinity", "max_queued_tokens = 100")
+        status, answer = post(s.url + "/admin/reload", token=TOKEN)
+        assert status == 200 and answer["ok"], answer
+        assert "routing policy swapped: least_loaded -> tenant_affinity" in "\n".join(s.log), s.output()
+        status, again = complete(s, 4)
+        assert status == 200, again
+        assert again["choices"][0]["text"] == first["choices"][0]["text"], (first, again)
 
 
 def serve_fails(tmp_path, body):

@@ -1,7 +1,7 @@
 // The plugin loader over registries of its own: the example plugins register their parts; broken
 // libraries fail with the path and a reason a person can act on (a missing file, no plugin
 // symbols, an ABI mismatch naming both versions, a failing entry point, a name taken by another
-// plugin or by troupe itself, naming both).
+// plugin or by troupe itself, naming both: a routing policy named like a built-in one too).
 #include "actors/plugins/plugin_loader.hpp"
 
 #include <gtest/gtest.h>
@@ -22,12 +22,16 @@ struct fresh {
   named_registry<admission_policy_factory> admission{"admission policy"};
   named_registry<stream_filter_factory> filters{"stream filter"};
   named_registry<response_cache_factory> caches{"response cache policy"};
+  named_registry<routing_policy_factory> routing{"routing policy"};
   named_registry<admission_actor_factory> admission_actors{"admission actor"};
   named_registry<filter_actor_factory> filter_actors{"filter actor"};
   fresh() {
     filters.add("redact", [](const option_map&) -> result<filter_maker> { return make_error("unused"); });
+    add_round_robin(routing);
   }
-  plugin_registries all() { return {&scheduling, &admission, &filters, &caches, &admission_actors, &filter_actors}; }
+  plugin_registries all() {
+    return {&scheduling, &admission, &filters, &caches, &routing, &admission_actors, &filter_actors};
+  }
 };
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
@@ -63,6 +67,28 @@ TEST(plugin_loader, example_plugins_register_their_parts) {
   EXPECT_EQ(again->registered.size(), 1u);
 }
 
+TEST(plugin_loader, a_plugin_registers_a_routing_policy) {
+  fresh f;
+  plugin_loader l(f.all());
+  auto r = l.load(example("tenant_affinity"));
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->registered, std::vector<std::string>{"routing policy 'tenant_affinity'"});
+  EXPECT_EQ(f.routing.names(), (std::vector<std::string>{"round_robin", "tenant_affinity"}));
+  auto pol = f.routing.make("tenant_affinity", routing_options{{{"max_queued_tokens", 100.0}}});
+  ASSERT_TRUE(pol.ok()) << pol.error();
+  EXPECT_EQ(pol.value()->name(), "tenant_affinity");
+  EXPECT_FALSE(pol.value()->wants_prefix_hits());
+  // Its factory checks its options with check_routing_keys, troupe's own (resolved in the program).
+  auto typo = f.routing.make("tenant_affinity", routing_options{{{"max_queued_token", 100.0}}});
+  ASSERT_FALSE(typo.ok());
+  EXPECT_TRUE(has(typo.error(), "routing policy 'tenant_affinity' has no option 'max_queued_token' (it has: "
+                                "max_queued_tokens)"))
+      << typo.error();
+  auto negative = f.routing.make("tenant_affinity", routing_options{{{"max_queued_tokens", -1.0}}});
+  ASSERT_FALSE(negative.ok());
+  EXPECT_TRUE(has(negative.error(), "max_queued_tokens must be >= 0")) << negative.error();
+}
+
 TEST(plugin_loader, an_abi_mismatch_names_both_versions_and_runs_nothing) {
   fresh f;
   plugin_loader l(f.all());
@@ -94,6 +120,19 @@ TEST(plugin_loader, a_name_taken_by_troupe_itself_says_so) {
   EXPECT_TRUE(has(r.error(), "stream filter 'redact' of plugin " + broken("builtin_clash") +
                                  " is already registered by troupe itself"))
       << r.error();
+}
+
+TEST(plugin_loader, a_routing_policy_may_not_take_a_built_in_name) {
+  fresh f;
+  plugin_loader l(f.all());
+  auto r = l.load(broken("routing_clash"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(has(r.error(), "routing policy 'round_robin' of plugin " + broken("routing_clash") +
+                                 " is already registered by troupe itself"))
+      << r.error();
+  auto still = f.routing.make("round_robin", routing_options{});
+  ASSERT_TRUE(still.ok()) << still.error();
+  EXPECT_EQ(still.value()->name(), "round_robin");
 }
 
 TEST(plugin_loader, an_actor_may_not_take_the_name_of_a_policy_or_filter_of_its_kind) {
