@@ -100,7 +100,7 @@ struct chat_message {
   std::string content;
   std::vector<tool_call> tool_calls;  // an assistant message's calls
   std::string tool_call_id;           // a "tool" message: the call it answers
-  std::string name;                   // a "tool" message: the function's name (optional)
+  std::string name;                   // a "tool" message: the function's name; others: the participant's (optional)
 };
 
 template <class Inspector>
@@ -154,6 +154,7 @@ struct request_spec {
   std::vector<tool_spec> tools;
   std::string tool_choice = tool_choice::automatic;
   std::string tool_choice_name;        // with tool_choice::function
+  bool parallel_tool_calls = true;     // false: at most one call in the reply
   // Speculative decoding: empty for the server's [speculative] method, "off", or a proposer's
   // name (actors/scheduler/speculative/); an unknown name fails the request naming the known ones.
   std::string speculative;
@@ -163,7 +164,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   return f(caf::meta::type_name("request_spec"), x.model, x.messages, x.prompt, x.prompt_tokens,
            x.sampling, x.max_tokens, x.stop, x.ignore_eos, x.logprobs, x.priority, x.tenant, x.deadline_ms, x.cache,
-           x.constraint, x.tools, x.tool_choice, x.tool_choice_name, x.speculative);
+           x.constraint, x.tools, x.tool_choice, x.tool_choice_name, x.parallel_tool_calls, x.speculative);
 }
 
 struct usage_info {

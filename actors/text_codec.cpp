@@ -35,7 +35,7 @@ class gguf_codec final : public text_codec {
   result<std::vector<int32_t>> encode_chat(const std::vector<chat_message>& messages) const override {
     std::vector<model::chat_message> m;
     m.reserve(messages.size());
-    for (const auto& x : messages) m.push_back({x.role, x.content});
+    for (const auto& x : messages) m.push_back({x.role, x.content, x.role == "tool" ? std::string() : x.name});
     auto pieces = tpl_.render_pieces(m, true);
     if (!pieces) return make_error(pieces.error());
     // The template writes bos itself where the model wants one. Special-token text is read only

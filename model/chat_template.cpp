@@ -1,5 +1,6 @@
 #include "model/chat_template.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "model/detail/tokenizer_utf8.hpp"
@@ -259,11 +260,21 @@ result<std::string> chat_template::render(const std::vector<chat_message>& messa
 
 result<std::vector<prompt_piece>> chat_template::render_pieces(const std::vector<chat_message>& messages,
                                                                bool add_generation_prompt) const {
+  if (family_ == chat_family::chatml) return render_chatml(messages, add_generation_prompt);
+  // No place for a participant's name in these formats' turns: it goes in front of the content.
+  std::vector<chat_message> named;
+  const bool any_name = std::any_of(messages.begin(), messages.end(), [](const chat_message& x) { return !x.name.empty(); });
+  if (any_name) {
+    named = messages;
+    for (auto& x : named)
+      if (!x.name.empty()) x.content = x.name + ": " + x.content;
+  }
+  const auto& m = any_name ? named : messages;
   switch (family_) {
-    case chat_family::chatml: return render_chatml(messages, add_generation_prompt);
-    case chat_family::llama2: return render_llama2(messages);
-    case chat_family::llama3: return render_llama3(messages, add_generation_prompt);
-    case chat_family::mistral: return render_mistral(messages);
+    case chat_family::chatml: break;
+    case chat_family::llama2: return render_llama2(m);
+    case chat_family::llama3: return render_llama3(m, add_generation_prompt);
+    case chat_family::mistral: return render_mistral(m);
   }
   return make_error("unknown chat template family");
 }
@@ -274,7 +285,9 @@ result<chat_template::pieces> chat_template::render_chatml(const std::vector<cha
     if (i == 0 && m[0].role != "system" && !default_system_.empty())
       out.tpl("<|im_start|>system\n" + default_system_ + "<|im_end|>\n");
     // The role is the client's text too ("tool", or any name the format passes through).
-    out.tpl("<|im_start|>").text(m[i].role).tpl("\n").text(m[i].content).tpl("<|im_end|>\n");
+    out.tpl("<|im_start|>").text(m[i].role);
+    if (!m[i].name.empty()) out.text(" name=" + m[i].name);
+    out.tpl("\n").text(m[i].content).tpl("<|im_end|>\n");
   }
   if (gen) out.tpl("<|im_start|>assistant\n");
   return out.take();

@@ -21,6 +21,10 @@ class gguf_file;
 struct chat_message {
   std::string role;  // "system", "user", "assistant" (others pass through where the format allows)
   std::string content;
+  // The participant's name (OpenAI's message `name`), or empty. ChatML writes it in the turn's
+  // header as its own documents do ("<|im_start|>user name=alice"); the other families have no
+  // place for it and write it in front of the content ("alice: ...").
+  std::string name;
 };
 
 // A part of a rendered prompt: the template's own text (role markers, bos/eos, the default

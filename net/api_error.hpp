@@ -13,6 +13,9 @@ struct api_error {
   std::string code;                            // machine-readable (errc names and a few of ours)
   std::string message;
   std::string param;                           // the offending field, when there is one
+  // Sent as `x-should-retry: false` (HTTP), the header OpenAI's SDKs read before retrying a 5xx:
+  // for an error a retry of the same request cannot cure (its own deadline passed).
+  bool no_retry = false;
 };
 
 inline api_error bad_request(std::string message, std::string param = {}, std::string code = "invalid_request") {

@@ -531,6 +531,7 @@ void http_session::set_headers(Response& res, const char* content_type) {
   if (content_type) res.set(http::field::content_type, content_type);
   if (retry_after_s_ > 0) res.set(http::field::retry_after, std::to_string(retry_after_s_));
   retry_after_s_ = 0;
+  if (std::exchange(should_retry_false_, false)) res.set("x-should-retry", "false");
   if (allow_) res.set(http::field::allow, allow_);
   allow_ = nullptr;
   // RFC 9110 11.6.1: a 401 names the scheme that would be accepted (an API key as a bearer token).
@@ -569,6 +570,7 @@ void http_session::next_request() {
 }
 
 void http_session::send_error(const api_error& e) {
+  should_retry_false_ = e.no_retry;
   send(static_cast<http::status>(e.status), error_json(e), "application/json");
 }
 

@@ -119,6 +119,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   bool chunked_ = true;  // the stream's body in chunked coding (HTTP/1.1) or as is (HTTP/1.0)
   std::string endpoint_ = "other";
   int64_t retry_after_s_ = 0;
+  bool should_retry_false_ = false;  // the next answer carries x-should-retry: false (api_error::no_retry)
   const char* allow_ = nullptr;  // a 405's Allow header (RFC 9110 15.5.6): the methods the path takes
   bool closed_ = false;
   // The running completion.

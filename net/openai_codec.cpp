@@ -55,6 +55,8 @@ api_error from_pipeline_error(const actors::error_event& ev, std::string_view in
   } else if (c == errc::deadline || c == errc::timeout) {
     e.status = 504;
     e.type = "timeout";
+    // The request's own deadline_ms: a retry would wait past the deadline the client set.
+    e.no_retry = c == errc::deadline;
   } else if (c == "loading" || c == errc::no_replica) {
     e.status = 503;
     e.type = "service_unavailable";
@@ -197,11 +199,6 @@ parsed_openai parse_openai_request(std::string_view body, bool chat) {
                              std::string_view(dom::array(*md).at(0)) == "text";
       if (!text_only) r.err = bad_request("'modalities' must be [\"text\"] (this server answers in text only)", "modalities");
     }
-    bool parallel = true;
-    r.boolean("parallel_tool_calls", parallel);
-    if (!r.err && !parallel)
-      r.err = bad_request("'parallel_tool_calls' false is not supported by this server (send true or leave it out)",
-                          "parallel_tool_calls");
     // logprobs: a boolean; top_logprobs 0..20 with it.
     r.boolean("logprobs", req.logprobs);
     int64_t top = 0;

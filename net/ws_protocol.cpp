@@ -58,7 +58,7 @@ parsed_frame parse_client_frame(std::string_view text) {
     out.refused_generate = true;  // until the frame is read whole (below)
     f.type = frame_type::generate;
     detail::known_fields(r, {TROUPE_COMMON_FIELDS, "type", "id", "messages", "prompt", "resume_key", "tools",
-                             "tool_choice", "logprobs", "top_logprobs"});
+                             "tool_choice", "parallel_tool_calls", "logprobs", "top_logprobs"});
     need_id();
     detail::read_common(r, f.spec, 100.0f);  // the sampler's range
     if (r.get("max_completion_tokens")) f.max_tokens_field = "max_completion_tokens";

@@ -208,14 +208,14 @@ std::string text_without(std::string_view marker, const std::string& prefix) {
 
 bool auto_calls_constrainable(tool_format f) { return f == tool_format::hermes; }
 
-result<std::string> auto_calls_grammar(tool_format f, const std::vector<tool_def>& tools) {
+result<std::string> auto_calls_grammar(tool_format f, const std::vector<tool_def>& tools, bool many) {
   if (!auto_calls_constrainable(f))
-    return make_error(std::string("tools: strict arguments under tool_choice \"auto\" are not served for the ") +
+    return make_error(std::string("tools: a reply under tool_choice \"auto\" cannot be constrained for the ") +
                       to_string(f) + " call format");
   std::vector<tool_def> defs = tools;
   for (auto& d : defs)
     if (!d.strict) d.parameters = "{\"type\": \"object\"}";  // any arguments object, as the model writes it
-  auto calls = calls_grammar(f, defs, "", true, "calls");
+  auto calls = calls_grammar(f, defs, "", many, "calls");
   if (!calls) return calls;
   return *calls + text_without(hermes_open, "free") + "root ::= free0 calls?\n";
 }

@@ -52,8 +52,9 @@ result<std::string> calls_grammar(tool_format f, const std::vector<tool_def>& to
 // always follow its schema): any text without the call marker, then optionally calls, the strict
 // functions' arguments constrained to their schemas and the others' to any JSON object. Only
 // formats whose calls open with a marker the text can be told from (hermes) can be read this way.
+// `many` false: at most one call (OpenAI's `parallel_tool_calls: false`), then the reply ends.
 bool auto_calls_constrainable(tool_format f);
-result<std::string> auto_calls_grammar(tool_format f, const std::vector<tool_def>& tools);
+result<std::string> auto_calls_grammar(tool_format f, const std::vector<tool_def>& tools, bool many = true);
 
 // Reads calls out of generated text as it arrives. Text outside calls is content; a call's name
 // is reported as soon as it is known and its arguments as they arrive (the JSON text of the

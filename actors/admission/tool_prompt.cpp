@@ -12,6 +12,7 @@ result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_
   std::vector<structured::tool_def> defs;
   defs.reserve(spec.tools.size());
   for (const auto& t : spec.tools) defs.push_back({t.name, t.description, t.parameters, t.strict});
+  const bool strict = std::any_of(spec.tools.begin(), spec.tools.end(), [](const tool_spec& t) { return t.strict; });
 
   if (spec.tool_choice == tool_choice::required || spec.tool_choice == tool_choice::function) {
     if (spec.tools.empty()) return make_error("'tool_choice' \"" + spec.tool_choice + "\" needs 'tools'");
@@ -22,11 +23,17 @@ result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_
     if (!g) return make_error(g.error());
     out.constraint = {structured::kind::grammar, std::move(*g)};
   } else if (spec.tool_choice == tool_choice::automatic && spec.constraint.empty() &&
-             std::any_of(spec.tools.begin(), spec.tools.end(), [](const tool_spec& t) { return t.strict; })) {
-    // OpenAI's `strict`: a call's arguments follow the schema whether or not a call is forced, so
-    // the reply is held to free text or calls. (With a structured output the reply is held to it,
-    // which leaves no call to break a schema.)
-    auto g = structured::auto_calls_grammar(f, defs);
+             (strict || !spec.parallel_tool_calls)) {
+    // OpenAI's `strict`: a call's arguments follow the schema whether or not a call is forced;
+    // `parallel_tool_calls: false`: at most one call. Either way the reply is held to free text,
+    // then calls (one at most). With a structured output the reply is held to it, which leaves
+    // no call to break a schema or to be a second one.
+    if (!structured::auto_calls_constrainable(f))
+      return make_error(std::string(strict ? "'tools[].function.strict'" : "'parallel_tool_calls' false") +
+                        " under tool_choice \"auto\" is not served for the " + structured::to_string(f) +
+                        " call format (its calls are not told from text by a marker); force the call with "
+                        "tool_choice, or leave it out");
+    auto g = structured::auto_calls_grammar(f, defs, spec.parallel_tool_calls);
     if (!g) return make_error(g.error());
     out.constraint = {structured::kind::grammar, std::move(*g)};
   } else if (spec.tool_choice != tool_choice::automatic && spec.tool_choice != tool_choice::none) {
@@ -53,10 +60,12 @@ result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_
       std::vector<structured::function_call> calls;
       for (const auto& tc : m.tool_calls) calls.push_back({tc.name, tc.arguments});
       c.role = "assistant";
+      c.name = m.name;
       c.content = m.content.empty() ? structured::calls_text(f, calls) : m.content + "\n" + structured::calls_text(f, calls);
     } else {
       c.role = m.role;
       c.content = m.content;
+      c.name = m.name;
       if (m.role == "system" && !system_done && offered) {
         c.content += "\n\n" + offer;
         system_done = true;

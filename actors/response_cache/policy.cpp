@@ -1,5 +1,6 @@
 #include "actors/response_cache/policy.hpp"
 
+#include <string>
 #include <utility>
 
 namespace troupe::actors {
@@ -10,8 +11,16 @@ cache::cache_query query_of(const admitted_request& r, bool share_across_tenants
     q = cache::cache_query::from_prompt(r.prompt_text, r.cache);
   } else {
     std::vector<cache::message_view> messages;
-    messages.reserve(r.messages.size());
-    for (const auto& m : r.messages) messages.push_back({m.role, m.content});
+    messages.reserve(r.messages.size() + 1);
+    // Participants' names are part of their turns (the template writes them), so of the key:
+    // one more context entry lists them by message (roles stay as they are, so the question is
+    // still the last user message).
+    std::string names;
+    for (size_t i = 0; i < r.messages.size(); ++i) {
+      messages.push_back({r.messages[i].role, r.messages[i].content});
+      if (!r.messages[i].name.empty()) names += std::to_string(i) + "=" + r.messages[i].name + "\n";
+    }
+    if (!names.empty()) messages.push_back({"names", names});
     q = cache::cache_query::from_messages(messages, r.cache);
   }
   q.id = r.id;

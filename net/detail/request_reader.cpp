@@ -496,6 +496,14 @@ void read_common(reader& r, actors::request_spec& s, float max_temperature) {
 
 namespace {
 
+// OpenAI's pattern for a message's `name`, ^[^\s<|\\/>]+$, and no control characters.
+bool valid_participant_name(const std::string& n) {
+  return !n.empty() && std::none_of(n.begin(), n.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return std::isspace(u) || std::iscntrl(u) || c == '<' || c == '|' || c == '\\' || c == '/' || c == '>';
+  });
+}
+
 bool valid_function_name(const std::string& n) {
   return !n.empty() && n.size() <= 64 && std::all_of(n.begin(), n.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
@@ -637,9 +645,14 @@ void read_messages(reader& r, actors::request_spec& s) {
                              at + "tool_call_id");
     } else if (!mr.err && mr.get("tool_call_id")) {
       mr.err = bad_request("'" + at + "tool_call_id' is only read on tool messages", at + "tool_call_id");
-    } else if (!mr.err && mr.get("name")) {
-      // A participant's name would change nothing in the prompt: refused rather than dropped.
-      mr.err = bad_request("'" + at + "name' is only read on tool messages", at + "name");
+    } else {
+      // The participant's name (multi-agent histories, few-shot speakers): the chat template
+      // writes it into the turn (model/chat_template.hpp says where), so its text is held to
+      // OpenAI's pattern, which also keeps a name from opening or closing a turn.
+      mr.str("name", cm.name);
+      if (!mr.err && mr.get("name") && !valid_participant_name(cm.name))
+        mr.err = bad_request("'" + at + "name' must be 1 or more characters, none of them whitespace, a control "
+                                 "character or one of < | \\ / >", at + "name");
     }
     // Content is required, except on an assistant message that calls tools (null or absent there).
     if (!mr.err && !content && !(cm.role == "assistant" && !cm.tool_calls.empty()))
@@ -717,6 +730,7 @@ void read_tools(reader& r, actors::request_spec& s) {
       s.tools.push_back(std::move(ts));
     }
   }
+  r.boolean("parallel_tool_calls", s.parallel_tool_calls);
   auto c = r.get("tool_choice");
   if (!c || r.err) return;
   if (c->is_string()) {

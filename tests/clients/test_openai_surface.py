@@ -453,6 +453,28 @@ def test_a_deadline_that_passes_before_the_first_token_is_504(client):
                 list(r)
         assert e.value.status_code == 504, e.value
         assert e.value.body["code"] == "deadline"
+        # OpenAI's SDKs retry a 5xx unless told not to: a retry would wait past the client's own deadline.
+        assert e.value.response.headers.get("x-should-retry") == "false", e.value.response.headers
+
+
+def test_participant_names_reach_the_prompt(client):
+    """A message's `name` on any role (LangChain's HumanMessage(name=...), LangGraph's named agents)
+    was a 400; ChatML now writes it in the turn's header, so the prompt grows by it."""
+    def prompt_tokens(**names):
+        messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                    {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"}]
+        for i, key in ((1, "user"), (2, "assistant")):
+            if key in names:
+                messages[i]["name"] = names[key]
+        r = client.chat.completions.create(model=MODEL_NAME, messages=messages, max_tokens=1,
+                                           extra_body={"cache": False})
+        return r.usage.prompt_tokens
+    plain = prompt_tokens()
+    assert prompt_tokens(user="alice") > plain
+    assert prompt_tokens(user="alice", assistant="researcher") > prompt_tokens(user="alice")
+    with pytest.raises(openai.BadRequestError) as e:
+        prompt_tokens(user="alice smith")
+    assert e.value.body["param"] == "messages[1].name", e.value.body
 
 
 def test_ids_are_not_reused_across_restarts_and_models_created_is_stable(client):

@@ -267,6 +267,25 @@ def test_auto_without_a_call_is_plain_content(client):
         assert choice.finish_reason in ("stop", "length") and choice.message.content
 
 
+def test_parallel_tool_calls_false_gives_one_call_at_most(client):
+    """LlamaIndex's chat_with_tools and LangChain's function-calling structured output send
+    `parallel_tool_calls: false` by default; it was a 400. Forced: one call. Auto: text, then at
+    most one call (sampled replies to a question that wants two calls)."""
+    forced = ask(client, "Weather in Paris, in celsius?", tools=[WEATHER_TOOL], tool_choice="required",
+                 parallel_tool_calls=False, max_tokens=120)
+    assert len(forced.choices[0].message.tool_calls) == 1, forced
+    for seed in range(6):
+        r = ask(client, "What is the weather in Paris and in Rome, and the time in Tokyo? Use the tools.",
+                tools=[WEATHER_TOOL, TIME_TOOL], parallel_tool_calls=False, temperature=1.0, seed=seed,
+                max_tokens=160)
+        choice = r.choices[0]
+        calls = choice.message.tool_calls or []
+        assert len(calls) <= 1, (seed, calls)
+        if calls:
+            assert choice.finish_reason == "tool_calls", choice
+            assert isinstance(json.loads(calls[0].function.arguments), dict), calls[0]
+
+
 # ---- WebSocket ----------------------------------------------------------------------------------
 
 def test_websocket_generate_with_a_schema_and_a_choice(server):

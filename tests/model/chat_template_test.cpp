@@ -141,6 +141,29 @@ TEST(ChatTemplate, PlainChatML) {
             "\nAnother question<|im_end|>\n<|im_start|>assistant\n");
 }
 
+// A participant's name (OpenAI's message `name`): ChatML's header holds it, as OpenAI's ChatML
+// document writes it ("<|im_start|>system name=example_user"); the name stays message text.
+TEST(ChatTemplate, ChatMLWritesAParticipantsNameInTheHeader) {
+  const auto t = chat_template::detect(k_chatml_plain, "OpenHermes");
+  EXPECT_EQ(render(t, {{"user", "Hi", "alice"}, {"assistant", "Hello", "bot-1"}, {"user", "Bye"}}),
+            "<|im_start|>user name=alice\nHi<|im_end|>\n<|im_start|>assistant name=bot-1\nHello<|im_end|>\n"
+            "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+  auto pieces = t.render_pieces({{"user", "Hi", "alice"}}, true);
+  ASSERT_TRUE(pieces.ok());
+  bool name_is_text = false;
+  for (const auto& p : pieces.value()) name_is_text = name_is_text || (!p.from_template && p.text.find("alice") != std::string::npos);
+  EXPECT_TRUE(name_is_text) << "a name is never read as special tokens";
+}
+
+// Formats without a place for it write the name in front of the content.
+TEST(ChatTemplate, OtherFamiliesWriteANameBeforeTheContent) {
+  const auto l3 = chat_template::detect(k_llama3, "Llama-3-8B-Instruct", "<|begin_of_text|>", "<|end_of_text|>");
+  EXPECT_EQ(render(l3, {{"user", "Hi", "alice"}}, false),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nalice: Hi<|eot_id|>");
+  const auto l2 = chat_template::detect(k_llama2, "Llama-2-7b-chat", "<s>", "</s>");
+  EXPECT_EQ(render(l2, {{"user", "Hi", "alice"}}), "<s>[INST] alice: Hi [/INST]");
+}
+
 TEST(ChatTemplate, Llama2SystemInsideFirstInstAndStrippedTurns) {
   const auto t = chat_template::detect(k_llama2, "Llama-2-7b-chat", "<s>", "</s>");
   EXPECT_EQ(t.family(), chat_family::llama2);

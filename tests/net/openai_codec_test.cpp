@@ -189,7 +189,7 @@ TEST(openai, unknown_and_unserved_fields_are_named) {
   EXPECT_EQ(chat_with(R"("store":true)").error.param, "store");
   EXPECT_EQ(chat_with(R"("service_tier":"flex")").error.param, "service_tier");
   EXPECT_EQ(chat_with(R"("modalities":["text","audio"])").error.param, "modalities");
-  EXPECT_EQ(chat_with(R"("parallel_tool_calls":false)").error.param, "parallel_tool_calls");
+  EXPECT_EQ(chat_with(R"("parallel_tool_calls":"no")").error.param, "parallel_tool_calls");
   EXPECT_EQ(chat_with(R"("stream_options":{"include_usage":true})").error.param, "stream_options");  // without stream
   EXPECT_EQ(chat_with(R"("stream":true,"stream_options":{"x":1})").error.param, "stream_options.x");
   // Ignored on purpose, or asking for what the server does anyway.
@@ -351,8 +351,26 @@ TEST(openai, tools_and_tool_messages_are_parsed) {
   EXPECT_EQ(args.error.param, "messages[0].tool_calls[0].function.arguments");
   auto no_id = parse_openai_request(R"({"messages":[{"role":"tool","content":"x"}]})", true);
   EXPECT_EQ(no_id.error.param, "messages[0].tool_call_id");
-  auto name = parse_openai_request(R"({"messages":[{"role":"user","content":"x","name":"bob"}]})", true);
-  EXPECT_EQ(name.error.param, "messages[0].name");
+  // A participant's name, on any role (LangChain and LangGraph send them): carried to the template.
+  auto name = parse_openai_request(
+      R"({"messages":[{"role":"system","content":"s","name":"rules"},{"role":"user","content":"x","name":"bob"},)"
+      R"({"role":"assistant","content":"y","name":"researcher-2"},{"role":"user","content":"z","name":null}]})",
+      true);
+  ASSERT_TRUE(name.request) << name.error.message;
+  EXPECT_EQ(name.request->spec.messages[0].name, "rules");
+  EXPECT_EQ(name.request->spec.messages[1].name, "bob");
+  EXPECT_EQ(name.request->spec.messages[2].name, "researcher-2");
+  EXPECT_EQ(name.request->spec.messages[3].name, "");
+  for (const char* bad : {R"("")", R"("bob smith")", R"("a|b")", R"("x<y")", R"("a/b")", R"("a\nb")", R"("a\u0001")", "5"}) {
+    auto e = parse_openai_request(std::string(R"({"messages":[{"role":"user","content":"x","name":)") + bad + "}]}", true);
+    ASSERT_FALSE(e.request) << bad;
+    EXPECT_EQ(e.error.param, "messages[0].name") << bad;
+  }
+  // parallel_tool_calls reaches admission (false: at most one call).
+  auto one = req(R"("tools":[{"type":"function","function":{"name":"f"}}],"parallel_tool_calls":false)");
+  ASSERT_TRUE(one.request) << one.error.message;
+  EXPECT_FALSE(one.request->spec.parallel_tool_calls);
+  EXPECT_TRUE(req(R"("tools":[{"type":"function","function":{"name":"f"}}])").request->spec.parallel_tool_calls);
   auto dev = parse_openai_request(R"({"messages":[{"role":"developer","content":"be brief"}]})", true);
   ASSERT_TRUE(dev.request);
   EXPECT_EQ(dev.request->spec.messages[0].role, "system");

@@ -304,6 +304,16 @@ TEST(ToolGrammar, AutoWithAStrictFunctionIsFreeTextOrCallsThatKeepTheSchema) {
   EXPECT_FALSE(grammar_accepts(*g, "<tool_call>\nnot json\n</tool_call>")) << "the marker only opens a call";
   EXPECT_FALSE(grammar_accepts(*g, good + "\nand some text after")) << "nothing after the calls";
 
+  // parallel_tool_calls false: one call at most.
+  auto one = auto_calls_grammar(tool_format::hermes, tools, false);
+  ASSERT_TRUE(one) << one.error();
+  EXPECT_TRUE(grammar_accepts(*one, "Sure.\n" + good));
+  EXPECT_TRUE(grammar_accepts(*one, "No call needed."));
+  EXPECT_TRUE(grammar_accepts(*one, calls_text(tool_format::hermes, {{"g", "{\"b\": \"any\"}"}})));
+  EXPECT_FALSE(grammar_accepts(*one, calls_text(tool_format::hermes, {{"f", "{\"a\": 1}"}, {"g", "{\"b\": 2}"}})))
+      << "a second call";
+  EXPECT_TRUE(grammar_accepts(*g, calls_text(tool_format::hermes, {{"f", "{\"a\": 1}"}, {"g", "{\"b\": 2}"}})));
+
   EXPECT_FALSE(auto_calls_constrainable(tool_format::llama3));
   auto l3 = auto_calls_grammar(tool_format::llama3, tools);
   ASSERT_FALSE(l3);

@@ -107,6 +107,47 @@ TEST(ToolPrompt, AStrictFunctionUnderAutoHoldsTheReplyToTextOrCalls) {
   EXPECT_NE(l3.error().find("strict"), std::string::npos) << l3.error();
 }
 
+// OpenAI's `parallel_tool_calls: false` (LlamaIndex and LangChain send it by default): at most one
+// call. A forced call is one call anyway; under "auto" the reply is held to text, then one call.
+TEST(ToolPrompt, ParallelToolCallsFalseAllowsOneCall) {
+  auto s = weather_request();
+  s.parallel_tool_calls = false;
+  auto tp = make_tool_prompt(s, structured::tool_format::hermes);
+  ASSERT_TRUE(tp) << tp.error();
+  ASSERT_EQ(tp->constraint.kind, structured::kind::grammar);
+  EXPECT_NE(tp->constraint.source.find("root ::= free0 calls?"), std::string::npos) << tp->constraint.source;
+  // The grammar of one call at most (its behaviour: structured/tool_calls_test.cpp).
+  const std::vector<structured::tool_def> defs = {{s.tools[0].name, s.tools[0].description, s.tools[0].parameters, false}};
+  EXPECT_EQ(tp->constraint.source, *structured::auto_calls_grammar(structured::tool_format::hermes, defs, false));
+  EXPECT_NE(tp->constraint.source, *structured::auto_calls_grammar(structured::tool_format::hermes, defs, true));
+
+  auto plain = weather_request();
+  auto free_text = make_tool_prompt(plain, structured::tool_format::hermes);
+  ASSERT_TRUE(free_text);
+  EXPECT_TRUE(free_text->constraint.empty()) << "parallel calls allowed, nothing strict: the reply stays free";
+
+  auto forced = s;
+  forced.tool_choice = tool_choice::required;
+  auto f = make_tool_prompt(forced, structured::tool_format::hermes);
+  ASSERT_TRUE(f) << f.error();
+  EXPECT_EQ(f->constraint.kind, structured::kind::grammar);
+
+  auto l3 = make_tool_prompt(s, structured::tool_format::llama3);
+  ASSERT_FALSE(l3) << "llama3's calls have no marker: the reply cannot be held to one call under auto";
+  EXPECT_NE(l3.error().find("parallel_tool_calls"), std::string::npos) << l3.error();
+}
+
+// A participant's name goes with its turn (the template writes it); a tool result's name does not.
+TEST(ToolPrompt, ParticipantNamesAreKept) {
+  auto s = weather_request();
+  s.messages[1].name = "alice";  // the user turn
+  auto tp = make_tool_prompt(s, structured::tool_format::hermes);
+  ASSERT_TRUE(tp) << tp.error();
+  bool found = false;
+  for (const auto& m : tp->messages) found = found || (m.name == "alice" && m.role == "user");
+  EXPECT_TRUE(found);
+}
+
 TEST(ToolPrompt, ErrorsNameTheProblem) {
   auto s = weather_request();
   s.messages.push_back({"tool", "x", {}, "", {}});

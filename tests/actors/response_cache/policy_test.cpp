@@ -111,3 +111,23 @@ TEST(response_cache_policy, answer_of_a_closed_stream) {
     EXPECT_FALSE(answer_of(c).complete()) << reason;
   }
 }
+
+// A participant's name is part of its turn, so of the key: the same words from another speaker
+// are another context; the question is still the last user message.
+TEST(response_cache_policy, participant_names_are_part_of_the_context) {
+  admission_state a(acfg(), make_byte_codec());
+  request_spec chat;
+  chat.messages = {{"system", "Be brief."}, {"user", "Capital of France?"}};
+  chat.max_tokens = 4;
+  auto plain = a.admit(chat, 0);
+  chat.messages[1].name = "alice";
+  auto alice = a.admit(chat, 0);
+  chat.messages[1].name = "bob";
+  auto bob = a.admit(chat, 0);
+  ASSERT_TRUE(plain.ok && alice.ok && bob.ok);
+  const auto qp = query_of(plain.request), qa = query_of(alice.request), qb = query_of(bob.request);
+  EXPECT_EQ(qa.question, "Capital of France?");
+  EXPECT_EQ(qb.question, "Capital of France?");
+  EXPECT_NE(qa.context, qp.context);
+  EXPECT_NE(qa.context, qb.context);
+}
