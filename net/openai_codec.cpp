@@ -477,7 +477,9 @@ parsed_embedding parse_embedding_request(std::string_view body) {
                        }());
       if (ids) {
         // The embedder reads text with its own vocabulary: token ids of another one mean nothing to it.
-        r.err = bad_request("'input' as token ids is not supported: send the text (a string or an array of strings)",
+        // LangChain's OpenAIEmbeddings sends tiktoken ids unless told not to: the message says how.
+        r.err = bad_request("'input' as token ids is not supported: send the text (a string or an array of strings); "
+                            "LangChain's OpenAIEmbeddings sends token ids unless check_embedding_ctx_length=False",
                             "input");
       } else if (!x.is_string()) {
         r.wrong(at, "a string", x);
