@@ -42,6 +42,22 @@ std::string json_string(std::string_view s) {
 
 std::string params_or_empty(const std::string& p) { return p.empty() ? std::string("{\"type\": \"object\", \"properties\": {}}") : p; }
 
+// The schema a call's arguments are held to. They are a JSON object whatever the schema says: one
+// without a top-level `type` (`{}`, only a `description`) constrains an object, as OpenAI reads it
+// (and the request reader, which refuses another top-level type), so the grammar says so too; an
+// openai-agents tool with `{}` got arguments "0" before.
+std::string object_params(const std::string& p) {
+  if (p.empty()) return params_or_empty(p);
+  simdjson::dom::parser parser;
+  simdjson::dom::element e;
+  if (parser.parse(p).get(e) != simdjson::SUCCESS || !e.is_object() ||
+      simdjson::dom::object(e)["type"].error() == simdjson::SUCCESS)
+    return p;
+  const std::string rest = p.substr(p.find('{') + 1);
+  if (rest.find_first_not_of(" \t\r\n}") == std::string::npos) return "{\"type\": \"object\"}";
+  return "{\"type\": \"object\", " + rest;
+}
+
 std::string args_or_empty(const std::string& a) { return a.empty() ? std::string("{}") : a; }
 
 const char* args_key(tool_format f) { return f == tool_format::llama3 ? "parameters" : "arguments"; }
@@ -151,7 +167,7 @@ result<std::string> calls_grammar(tool_format f, const std::vector<tool_def>& to
   for (const auto& t : tools) {
     if (!only.empty() && t.name != only) continue;
     const std::string rule = "fn" + std::to_string(n++);
-    auto args = json_schema_to_gbnf(params_or_empty(t.parameters), rule + "-args");
+    auto args = json_schema_to_gbnf(object_params(t.parameters), rule + "-args");
     if (!args) return make_error("tools: the parameters of function '" + t.name + "': " + args.error());
     rules += *args;
     rules += '\n';

@@ -279,6 +279,19 @@ TEST(ToolGrammar, AcceptsWhatTheModelWouldWriteAndNothingElse) {
   EXPECT_TRUE(grammar_accepts(*mi, calls_text(tool_format::mistral, {{"f", "{\"a\": 1}"}, {"g", "{}"}})));
 }
 
+// A call's arguments are an object whatever the schema leaves open: `{}` and a schema of only a
+// description constrain an object (openai-agents sent `{}` and got arguments "0").
+TEST(ToolGrammar, ArgumentsAreAnObjectWhenTheSchemaHasNoType) {
+  for (const std::string params : {"{}", " { } ", R"({"description": "x"})", R"({"properties": {"a": {"type": "integer"}}})"}) {
+    auto g = calls_grammar(tool_format::hermes, {{"w", "", params}}, "w");
+    ASSERT_TRUE(g) << params << ": " << g.error();
+    EXPECT_TRUE(grammar_accepts(*g, calls_text(tool_format::hermes, {{"w", "{}"}}))) << params;
+    EXPECT_TRUE(grammar_accepts(*g, calls_text(tool_format::hermes, {{"w", "{\"a\": 1}"}}))) << params;
+    for (const char* not_object : {"0", "\"x\"", "[]", "null", "true"})
+      EXPECT_FALSE(grammar_accepts(*g, calls_text(tool_format::hermes, {{"w", not_object}}))) << params << " " << not_object;
+  }
+}
+
 // tool_choice "auto" with a strict function: any text that does not hold the call marker, then
 // optionally calls, the strict function's arguments held to its schema, the others' to an object.
 TEST(ToolGrammar, AutoWithAStrictFunctionIsFreeTextOrCallsThatKeepTheSchema) {
