@@ -586,13 +586,15 @@ class generator {
     const bool has_fmt = !obj["format"].get_string().get(fmt);
     const bool has_pat = !obj["pattern"].get_string().get(pat);
     const bool has_len = keys.count("minLength") || keys.count("maxLength");
-    static const std::set<std::string_view> served_formats = {"date", "time", "date-time", "uuid", "email"};
-    // An unknown format first: pydantic's AnyUrl (format uri with length bounds) should hear that
-    // 'uri' is the problem, not the combination.
+    static const std::set<std::string_view> served_formats = {"date", "time", "date-time", "uuid", "email", "uri"};
+    // An unknown format first: it is the problem, not a combination with other keywords.
     if (has_fmt && !served_formats.count(fmt))
-      return fail("unsupported string format '" + std::string(fmt) + "' (supported: date, time, date-time, uuid, email)", ptr);
-    if ((has_fmt && has_pat) || ((has_fmt || has_pat) && has_len))
-      return fail("only one of format, pattern and minLength/maxLength may constrain a string", ptr);
+      return fail("unsupported string format '" + std::string(fmt) + "' (supported: date, time, date-time, uuid, email, uri)", ptr);
+    // uri takes length bounds (pydantic's AnyUrl and HttpUrl: minLength 1, maxLength 2083).
+    if ((has_fmt && has_pat) || (((has_fmt && fmt != "uri") || has_pat) && has_len))
+      return fail("only one of format, pattern and minLength/maxLength may constrain a string (format 'uri' takes "
+                  "lengths)", ptr);
+    if (has_fmt && fmt == "uri") return uri_typed(obj, keys, ptr, out);
     if (has_fmt) {
       static const std::string label = "[a-zA-Z0-9] ([a-zA-Z0-9-]{0,61} [a-zA-Z0-9])?";
       static const std::map<std::string_view, std::string> formats = {
@@ -633,6 +635,32 @@ class generator {
       return {};
     }
     out = string_rule();
+    return {};
+  }
+
+  // RFC 3986's shape, no escapes in the JSON string: a scheme of 1-16 characters, ':', then
+  // 1 or more of the characters a URI may hold (unreserved, reserved and '%'). Lengths bound the
+  // whole text, the scheme counted at its longest (maxLength) or shortest (minLength): what is
+  // written always keeps them, some longer schemes are just never written. Past 1000 characters
+  // the rest is capped at 1000 (a stricter bound, as string lengths above 1000 are not served).
+  status uri_typed(simdjson::dom::object obj, const std::set<std::string_view>& keys, const std::string& ptr,
+                   std::string& out) {
+    double lo = 0, hi = -1;
+    number_of(obj, "minLength", lo);
+    number_of(obj, "maxLength", hi);
+    constexpr int scheme_max = 16;
+    if (keys.count("maxLength") && hi < lo) return fail("maxLength below minLength", ptr);
+    if (keys.count("maxLength") && hi < scheme_max + 2)
+      return fail("format 'uri' with a maxLength below " + std::to_string(scheme_max + 2) + " is not supported", ptr);
+    if (lo > 1000) return fail("string lengths above 1000 are not supported", ptr);
+    const int rest_min = std::max(1, static_cast<int>(lo) - 2);
+    const int rest_max = keys.count("maxLength") ? std::min(1000, static_cast<int>(hi) - scheme_max - 1) : 1000;
+    if (rest_min > rest_max) return fail("format 'uri': minLength and maxLength leave no room", ptr);
+    const std::string body = "[a-zA-Z] [a-zA-Z0-9+.-]{0," + std::to_string(scheme_max - 1) + "} \":\" "
+                             "[a-zA-Z0-9._~:/?#@!$&'()*+,;=%\\[\\]-]{" + std::to_string(rest_min) + "," +
+                             std::to_string(rest_max) + "}";
+    out = common("format-uri-" + std::to_string(rest_min) + "-" + std::to_string(rest_max),
+                 "\"\\\"\" " + body + " \"\\\"\"");
     return {};
   }
 

@@ -121,6 +121,19 @@ def test_pydantic_models_through_parse(client):
     assert beta.choices[0].message.parsed == city
 
 
+def test_pydantic_urls_parse(client):
+    """pydantic's HttpUrl and AnyUrl are `format: uri` with minLength 1 / maxLength 2083: refused
+    by name before, now written as URIs that pydantic accepts."""
+    class Site(pydantic.BaseModel):
+        name: str
+        url: pydantic.HttpUrl
+        docs: pydantic.AnyUrl
+    r = client.chat.completions.parse(model=MODEL_NAME, messages=[{"role": "user", "content": "The Python website, as JSON."}],
+                                      response_format=Site, max_tokens=160, temperature=0)
+    site = r.choices[0].message.parsed
+    assert site is not None and site.url.scheme in ("http", "https"), r.choices[0].message.content
+
+
 def test_unsupported_schema_keyword_is_a_400_naming_it(client):
     schema = {"type": "object", "patternProperties": {"^x": {"type": "string"}}}
     with pytest.raises(openai.BadRequestError) as e:

@@ -161,10 +161,26 @@ TEST(JsonSchema, StringLengthFormatsAndPatterns) {
   for (const char* year : {"0001", "0010", "0100", "1000", "9999"})
     EXPECT_TRUE(schema(R"({"type": "string", "format": "date"})").accepts(std::string("\"") + year + "-01-01\"")) << year;
   EXPECT_FALSE(schema(R"({"type": "string", "format": "date-time"})").accepts(R"("0000-01-01T00:00:00Z")"));
-  // pydantic's AnyUrl: the unsupported format is what is named, not the combination with lengths.
-  auto url = json_schema_to_gbnf(R"({"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083})");
-  ASSERT_FALSE(url);
-  EXPECT_NE(url.error().find("unsupported string format 'uri'"), std::string::npos) << url.error();
+  // An unknown format is what is named, not its combination with lengths.
+  auto ipv4 = json_schema_to_gbnf(R"({"type": "string", "format": "ipv4", "minLength": 1, "maxLength": 20})");
+  ASSERT_FALSE(ipv4);
+  EXPECT_NE(ipv4.error().find("unsupported string format 'ipv4'"), std::string::npos) << ipv4.error();
+  // uri, with the lengths pydantic's AnyUrl / HttpUrl give it.
+  for (const char* s : {R"({"type": "string", "format": "uri"})", R"({"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083})"}) {
+    schema url(s);
+    for (const char* ok : {R"("https://example.com/a/b?x=1&y=%20#top")", R"("mailto:a@b.org")", R"("urn:isbn:0451450523")",
+                           R"("http://[::1]:8080/")"})
+      EXPECT_TRUE(url.accepts(ok)) << s << " " << ok;
+    for (const char* bad : {R"("")", R"("example.com")", R"("https://a b")", R"("://x")", R"("1http://x")", R"("http:")",
+                            R"("http://x\"y")"})
+      EXPECT_FALSE(url.accepts(bad)) << s << " " << bad;
+  }
+  schema short_url(R"({"type": "string", "format": "uri", "minLength": 10, "maxLength": 30})");
+  EXPECT_TRUE(short_url.accepts(R"("http://abcd.io")"));
+  EXPECT_FALSE(short_url.accepts(R"("a:b")")) << "below minLength";
+  EXPECT_FALSE(short_url.accepts(R"("https://example.com/a-long-path/x")")) << "above maxLength";
+  EXPECT_FALSE(json_schema_to_gbnf(R"({"type": "string", "format": "uri", "maxLength": 5})"));
+  EXPECT_FALSE(json_schema_to_gbnf(R"({"type": "string", "format": "date", "maxLength": 20})")) << "lengths with uri only";
   EXPECT_TRUE(schema(R"({"type": "string", "format": "time"})").accepts(R"("23:59:01Z")"));
   EXPECT_TRUE(schema(R"({"type": "string", "format": "date-time"})").accepts(R"("2024-05-01T10:00:00.123+02:00")"));
   EXPECT_TRUE(schema(R"({"type": "string", "format": "uuid"})").accepts(R"("123e4567-e89b-12d3-a456-426614174000")"));
