@@ -126,16 +126,16 @@ std::vector<chat_message> fold_system_into_user(const std::vector<chat_message>&
     }
     if (has_pending) {
       if (m.role == "user") {
-        out.push_back({"user", pending + "\n" + m.content});
+        out.push_back({"user", pending + "\n" + m.content, {}});
         has_pending = false;
         continue;
       }
-      out.push_back({"user", pending});
+      out.push_back({"user", pending, {}});
       has_pending = false;
     }
     out.push_back(m);
   }
-  if (has_pending) out.push_back({"user", pending});
+  if (has_pending) out.push_back({"user", pending, {}});
   return out;
 }
 
