@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
+#include <tuple>
 #include <vector>
 
+#include "structured/detail/json_dumps.hpp"
 #include "structured/detail/schema_keywords.hpp"
 #include "structured/regex.hpp"
 
@@ -45,52 +47,6 @@ std::string sanitize(std::string_view s) {
   return out;
 }
 
-// json.dumps' default layout of a value (enum and const values are generated verbatim).
-std::string dump(element e) {
-  switch (e.type()) {
-    case element_type::OBJECT: {
-      std::string out = "{";
-      bool first = true;
-      // A named handle: iterating the temporary result's value would dangle.
-      const simdjson::dom::object fields = e.get_object().value_unsafe();
-      for (auto field : fields) {
-        if (!first) out += ", ";
-        first = false;
-        // json.dumps escapes a key as it escapes any string.
-        std::string key = "\"";
-        for (char c : field.key) {
-          const auto u = static_cast<unsigned char>(c);
-          if (c == '"' || c == '\\') {
-            key += '\\';
-            key += c;
-          } else if (u < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", u);
-            key += buf;
-          } else {
-            key += c;
-          }
-        }
-        out += key + "\": " + dump(field.value);
-      }
-      return out + "}";
-    }
-    case element_type::ARRAY: {
-      std::string out = "[";
-      bool first = true;
-      const simdjson::dom::array values = e.get_array().value_unsafe();
-      for (auto v : values) {
-        if (!first) out += ", ";
-        first = false;
-        out += dump(v);
-      }
-      return out + "]";
-    }
-    default:
-      return simdjson::minify(e);
-  }
-}
-
 struct prop {
   std::string name;
   element schema;
@@ -124,7 +80,7 @@ class generator {
   std::vector<std::pair<std::string, std::string>> rules_;  // helpers, in creation order
   std::set<std::string> names_;
   std::map<std::string, std::string> refs_;  // pointer -> rule
-  int any_depth_made_ = -1;
+  bool malformed_ = false;  // a refusal is the schema's error, not a limit of this compiler
 
   std::string emit(const std::string& root_body) const {
     std::string out = root_ + " ::= " + root_body + "\n";
@@ -132,6 +88,10 @@ class generator {
     return out;
   }
 
+  status malformed(status st) {
+    malformed_ = true;
+    return st;
+  }
   static std::string where(const std::string& ptr) { return ptr.empty() ? "/" : ptr; }
   static status fail(const std::string& what, const std::string& ptr) {
     return make_error("json_schema: " + what + " at " + where(ptr));
@@ -267,13 +227,13 @@ class generator {
       }
       return fail("schema 'false' accepts nothing", ptr);
     }
-    if (s.type() != element_type::OBJECT) return fail("a schema must be an object or a boolean", ptr);
+    if (s.type() != element_type::OBJECT) return malformed(fail("a schema must be an object or a boolean", ptr));
     auto obj = s.get_object().value_unsafe();
     std::set<std::string_view> keys;
     for (auto f : obj) {
       if (!detail::is_schema_keyword(f.key) && !detail::annotations().count(f.key))
         return fail("unsupported keyword '" + std::string(f.key) + "'", ptr);
-      if (auto st = check_value(f.key, f.value, ptr); !st) return st;
+      if (auto st = check_value(f.key, f.value, ptr); !st) return malformed(st);
       if (!detail::annotations().count(f.key) && f.key != "$defs" && f.key != "definitions") keys.insert(f.key);
     }
     auto has = [&](std::string_view k) { return keys.count(k) > 0; };
@@ -288,7 +248,7 @@ class generator {
         return {};
       }
       element target;
-      if (auto st = resolve(r, ptr, target); !st) return st;
+      if (auto st = resolve(r, ptr, target); !st) return malformed(st);
       // "def-": a definition named like a shared rule ("string") must not take its name.
       const std::string name = fresh("def-" + sanitize(r.substr(r.rfind('/') + 1)));
       refs_[r] = name;
@@ -302,7 +262,7 @@ class generator {
     }
     if (has("const")) {
       if (!only("const")) return fail("'const' together with other constraints is not supported", ptr);
-      out = gbnf_literal(dump(obj["const"].value_unsafe()));
+      out = gbnf_literal(detail::json_dumps(obj["const"].value_unsafe()));
       return {};
     }
     if (has("enum")) {
@@ -311,22 +271,34 @@ class generator {
         if (k != "enum" && k != "type") return fail("'enum' together with '" + std::string(k) + "' is not supported", ptr);
       const simdjson::dom::array values = obj["enum"].get_array().value_unsafe();
       std::string alts;
-      for (auto v : values) alts += (alts.empty() ? "" : " | ") + gbnf_literal(dump(v));
+      for (auto v : values) alts += (alts.empty() ? "" : " | ") + gbnf_literal(detail::json_dumps(v));
       out = add(hint, alts);
       return {};
     }
     for (const char* k : {"anyOf", "oneOf"}) {
       if (!has(k)) continue;
       if (!only(k)) return fail("'" + std::string(k) + "' together with other constraints is not supported", ptr);
+      // A branch outside the supported subset (pydantic's Decimal: a number, or a string with a
+      // lookahead pattern) is left out, its rules rolled back, when another branch compiles:
+      // what the rest generates the schema still accepts. Not when only null would be left (a
+      // field that is always null is not what Optional[X] meant), nor for a malformed branch.
       const simdjson::dom::array subs = obj[k].get_array().value_unsafe();
       std::string alts;
+      std::optional<status> first_refusal;
       size_t i = 0;
       for (auto sub : subs) {
+        auto saved = std::make_tuple(rules_, names_, refs_);
         std::string e;
-        if (auto st = visit(sub, ptr + "/" + k + "/" + std::to_string(i), hint + "-" + std::to_string(i), e); !st) return st;
-        alts += (alts.empty() ? "" : " | ") + e;
-        ++i;
+        const std::string at = std::to_string(i++);
+        if (auto st = visit(sub, ptr + "/" + k + "/" + at, hint + "-" + at, e); st) {
+          alts += (alts.empty() ? "" : " | ") + e;
+        } else {
+          if (malformed_) return st;
+          std::tie(rules_, names_, refs_) = std::move(saved);
+          if (!first_refusal) first_refusal = st;
+        }
       }
+      if (first_refusal && (alts.empty() || alts == "\"null\"")) return *first_refusal;
       out = add(hint, alts);
       return {};
     }

@@ -8,10 +8,11 @@
 // properties (in schema order; optional ones may be skipped), required, additionalProperties
 // (false; true or absent: only the listed properties are generated, which the schema accepts; a
 // schema: the only keys when there are no properties), enum, const, items, prefixItems,
-// minItems/maxItems, anyOf/oneOf (oneOf as anyOf: exclusivity is not enforced), allOf (one
+// minItems/maxItems, anyOf/oneOf (oneOf as anyOf: exclusivity is not enforced; a branch outside
+// this subset is left out when another, not only null, compiles), allOf (one
 // schema, or object schemas merged), $ref to #/$defs, #/definitions or any local JSON pointer
 // (recursion allowed), nested objects, string minLength/maxLength, string format (date, time,
-// date-time, uuid, email), pattern (regex.hpp; the whole string must match), integer
+// date-time, uuid, email, uri), pattern (regex.hpp; the whole string must match), integer
 // minimum/maximum/exclusive* when the range holds at most 1000 values or is [0, inf) / [1, inf),
 // number minimum 0 (no sign); an integer bound beyond 16 digits is no bound on its own side and
 // admits nothing on the other. Other bounds are refused, never silently ignored, as is any

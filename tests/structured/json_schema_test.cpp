@@ -385,12 +385,38 @@ TEST(JsonSchema, UnsupportedKeywordsAreRefusedByNameAndPointer) {
   EXPECT_EQ(e, "json_schema: unsupported keyword 'patternProperties' at /");
   e = error_of(R"({"type": "array", "items": {"not": {"type": "string"}}})");
   EXPECT_EQ(e, "json_schema: unsupported keyword 'not' at /items");
-  e = error_of(R"({"anyOf": [{"type": "string"}, {"if": {}}]})");
-  EXPECT_EQ(e, "json_schema: unsupported keyword 'if' at /anyOf/1");
+  e = error_of(R"({"anyOf": [{"if": {}}, {"type": "object", "properties": {"a": {"not": {}}}}]})");
+  EXPECT_EQ(e, "json_schema: unsupported keyword 'if' at /anyOf/0");  // no branch left: the first refusal
   EXPECT_NE(error_of(R"({"type": "object", "required": ["x"], "properties": {}})").find("required property 'x'"), std::string::npos);
   EXPECT_NE(error_of("{not json").find("not valid JSON"), std::string::npos);
   EXPECT_NE(error_of(R"({"type": "strin"})").find("unknown type 'strin'"), std::string::npos);
   EXPECT_NE(error_of("false").find("accepts nothing"), std::string::npos);
+}
+
+TEST(JsonSchema, AnAnyOfBranchOutsideTheSubsetIsLeftOutWhenAnotherCompiles) {
+  // pydantic's Decimal (some versions): a number, or a string whose pattern has a lookahead.
+  const std::string decimal = R"({"anyOf": [{"type": "number"}, {"type": "string",
+      "pattern": "^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"}]})";
+  schema d(decimal);
+  EXPECT_TRUE(d.accepts("12.5"));
+  EXPECT_FALSE(d.accepts(R"("12.5")"));  // the left-out branch is never generated
+  schema opt(R"({"type": "object", "properties": {"p": )" + decimal +
+             R"(, "q": {"oneOf": [{"type": "string", "format": "ipv4"}, {"type": "integer"}]}}, "required": ["p", "q"]})");
+  EXPECT_TRUE(opt.accepts(R"({"p": 1, "q": 2})"));
+  EXPECT_FALSE(opt.accepts(R"({"p": 1, "q": "1.2.3.4"})"));
+  // A left-out branch's rules go with it: the same $ref compiled again later is whole.
+  schema refs(R"({"$defs": {"S": {"type": "string", "pattern": "(?=a)a"}, "T": {"type": "boolean"}},
+      "type": "array", "items": {"anyOf": [{"type": "object", "properties": {"t": {"$ref": "#/$defs/T"},
+      "s": {"$ref": "#/$defs/S"}}, "required": ["t", "s"]}, {"$ref": "#/$defs/T"}]}})");
+  EXPECT_TRUE(refs.accepts("[true, false]"));
+  EXPECT_FALSE(refs.accepts(R"([{"t": true, "s": "a"}])"));
+  // Only null left is refused (Optional[X] with X unsupported), and so is a malformed branch.
+  EXPECT_EQ(error_of(R"({"anyOf": [{"type": "string", "format": "ipv4"}, {"type": "null"}]})"),
+            "json_schema: unsupported string format 'ipv4' (supported: date, time, date-time, uuid, email, uri) at /anyOf/0");
+  EXPECT_EQ(error_of(R"({"anyOf": [{"type": "integer"}, {"$ref": "#/$defs/Missing"}]})"),
+            "json_schema: $ref '#/$defs/Missing' names nothing at /anyOf/1");
+  // A false branch accepts nothing: leaving it out is exact.
+  EXPECT_TRUE(schema(R"({"anyOf": [false, {"type": "boolean"}]})").accepts("true"));
 }
 
 TEST(JsonSchema, AnnotationsAreIgnored) {
