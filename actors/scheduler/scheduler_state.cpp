@@ -261,11 +261,12 @@ std::optional<step_plan> scheduler_state::plan(int64_t now_us) {
     }
     if (s.spec_inflight) continue;  // not pipelined: its length is known when the answer is in
     // A sequence that may speculate waits for its sample in flight (a guess needs the last token),
-    // except for one step after a try found nothing to guess, while it backs off, and, with others
-    // in the batch, while its proposer expects no guess (proposer::expects_guess): there a wait
-    // costs it a step the others take. Alone, a wait costs only the scheduler's round trip.
+    // except for one step after a try found nothing to guess, while it backs off, and while its
+    // proposer expects no guess (proposer::expects_guess): with others in the batch a wait costs
+    // it a step the others take; alone, the executor idles for the scheduler's round trip, which
+    // on a 2-core host where the backend's threads hold both cores is not small.
     if (s.pending_samples > 0 && s.spec_skip == 0 && !s.spec_let_pipeline &&
-        spec_wanted(s, bv.n_running, next_step_guesses_) && (bv.n_running <= 1 || spec_expects_guess(s))) {
+        spec_wanted(s, bv.n_running, next_step_guesses_) && spec_expects_guess(s)) {
       next_step_guesses_ += spec_k(s);  // what it means to guess in the next step
       continue;
     }

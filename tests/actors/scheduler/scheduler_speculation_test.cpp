@@ -154,18 +154,51 @@ TEST(scheduler_state, speculation_per_request_and_above_the_batch_bound) {
   for (uint64_t i = 1; i <= 4; ++i) EXPECT_EQ(many.tokens[i], fake_reference(fo, p, 30)) << i;
 }
 
+// A sequence alone waits for its sample in flight (to guess from it) only while its proposer
+// expects a guess: on a text with nothing to look up its decode steps stay pipelined, the next
+// planned while the last runs (a wait idles the executor for the scheduler's round trip).
+TEST(scheduler_state, speculation_alone_pipelines_while_no_guess_is_expected) {
+  fake_options fo;
+  fo.n_blocks = 512;
+  auto c = spec_cfg("ngram", 4, /*ngram_min*/ 3);
+  harness h(fo, c);
+  const auto p = prompt_of(7, 12);
+  h.sched.enqueue(req(1, p, 40), h.now);
+  h.run();
+  EXPECT_EQ(h.tokens[1], fake_reference(fo, p, 40));
+  int decode = 0, pipelined = 0, proposals = 0;
+  for (const auto& plan : h.plans) {
+    ASSERT_EQ(plan.entries.size(), 1u);
+    const auto& e = plan.entries[0];
+    if (e.tokens.size() + (e.feed_last_sample ? 1 : 0) != 1) continue;  // the prompt
+    ++decode;
+    pipelined += e.feed_last_sample ? 1 : 0;
+    proposals += e.proposal.empty() ? 0 : 1;
+  }
+  EXPECT_EQ(proposals, 0) << "a random text repeats no 3 tokens";
+  EXPECT_GE(decode, 38);
+  EXPECT_GE(pipelined, decode - 1) << "every decode step but the first is planned while the one before runs";
+  // With a copy-heavy text the guesses come, so the sequence waits for them and they are made.
+  fake_options copy = copying();
+  harness hc(copy, spec_cfg("ngram", 4, 2));
+  hc.sched.enqueue(req(1, repeated(copy.script, 12), 40), hc.now);
+  hc.run();
+  EXPECT_GT(hc.finished[1].usage.speculative_accepted, 20);
+}
+
 // Guesses that keep failing stop being made: after the rolling acceptance falls below
 // min_acceptance the request decodes plainly for probe_steps steps, then probes once more.
 TEST(scheduler_state, speculation_backs_off_when_guesses_fail) {
   // After the prompt 40 41 42 the text goes 40 41 50, 40 41 51, 40 41 52, ...: each time the tail
-  // 40 41 comes back, the history guesses what followed it last time, and is wrong.
+  // 40 41 comes back, the history guesses what followed it last time, and is wrong. (ngram_min 1:
+  // the 40 before it is a 1-gram seen before, so the sequence expects a guess and waits for it.)
   fake_options fo;
   fo.n_blocks = 512;
   fo.script = {0, 0};
   for (int32_t i = 0; i < 12; ++i) fo.script.insert(fo.script.end(), {40, 41, 50 + i});
   const std::vector<int32_t> p = {40, 41, 42};
   auto tries = [&](double min_acceptance) {
-    auto c = spec_cfg("ngram", 4, 2);
+    auto c = spec_cfg("ngram", 4, 1);
     c.speculative.min_acceptance = min_acceptance;
     c.speculative.probe_steps = 10;
     harness h(fo, c);
