@@ -23,15 +23,23 @@ const std::string completion_id_prefix = [] {
 
 }  // namespace
 
-std::string new_completion_id(bool chat) {
-  return (chat ? "chatcmpl-" : "cmpl-") + completion_id_prefix + "-" + std::to_string(next_completion_id.fetch_add(1));
+std::string new_answer_id(std::string_view prefix) {
+  return std::string(prefix) + completion_id_prefix + "-" + std::to_string(next_completion_id.fetch_add(1));
 }
 
-std::optional<api_error> completion_assembly::begin(const openai_request& req, bool chat, int64_t created,
-                                                    const inference& inf) {
-  // logit_bias ids are checked against the vocabulary, which only the pipeline knows.
+std::string new_completion_id(bool chat) { return new_answer_id(chat ? "chatcmpl-" : "cmpl-"); }
+
+std::string answer_id_suffix(std::string_view id) {
+  const size_t dash = id.find('-');
+  const size_t us = id.find('_');
+  const size_t at = std::min(dash, us);
+  return std::string(at == std::string_view::npos ? id : id.substr(at + 1));
+}
+
+// logit_bias ids are checked against the vocabulary, which only the pipeline knows.
+std::optional<api_error> vocabulary_error(const actors::request_spec& spec, const inference& inf) {
   if (const int32_t nv = inf.vocab_size(); nv > 0) {
-    for (const auto& b : req.spec.sampling.logit_bias) {
+    for (const auto& b : spec.sampling.logit_bias) {
       if (b.token < nv) continue;
       const std::string at = "logit_bias." + std::to_string(b.token);
       return bad_request("'" + at + "': token " + std::to_string(b.token) + " is outside the vocabulary (0.." +
@@ -39,6 +47,12 @@ std::optional<api_error> completion_assembly::begin(const openai_request& req, b
                          at);
     }
   }
+  return std::nullopt;
+}
+
+std::optional<api_error> completion_assembly::begin(const openai_request& req, bool chat, int64_t created,
+                                                    const inference& inf) {
+  if (auto e = vocabulary_error(req.spec, inf)) return e;
   inf_ = &inf;
   chat_ = chat;
   streaming_ = req.stream;
@@ -79,12 +93,11 @@ completion_assembly::step completion_assembly::feed(size_t i, const actors::even
   return s;
 }
 
-// A token's logprob as the response shows it: its bytes and the alternatives'.
-token_logprob_entry completion_assembly::logprob_entry(const actors::token_event& t) const {
+token_logprob_entry logprob_entry(const inference& inf, const actors::token_event& t) {
   token_logprob_entry out;
-  out.piece = inf_->token_piece(t.token);
+  out.piece = inf.token_piece(t.token);
   out.logprob = t.logprob;
-  for (const auto& alt : t.top) out.top.emplace_back(inf_->token_piece(alt.token), alt.logprob);
+  for (const auto& alt : t.top) out.top.emplace_back(inf.token_piece(alt.token), alt.logprob);
   return out;
 }
 
@@ -97,7 +110,7 @@ void completion_assembly::on_token(step& s, size_t i, const actors::token_event&
   auto& c = choices_[i];
   std::vector<token_logprob_entry> lp;
   if (c.tool_parser) {
-    if (logprobs_) lp.push_back(logprob_entry(t));
+    if (logprobs_) lp.push_back(logprob_entry(*inf_, t));
     auto ds = c.tool_parser->push(t.text);
     if (!streaming_) {
       for (const auto& d : ds) c.text += d.content;
@@ -107,7 +120,7 @@ void completion_assembly::on_token(step& s, size_t i, const actors::token_event&
     return stream_tool_deltas(s, i, ds, logprobs_ ? &lp : nullptr);
   }
   if (logprobs_) {
-    c.held_logprobs.push_back(logprob_entry(t));
+    c.held_logprobs.push_back(logprob_entry(*inf_, t));
     if (!t.text.empty()) lp.swap(c.held_logprobs);  // its text, and any held before, comes out
   }
   if (!streaming_) {
@@ -241,7 +254,7 @@ actors::usage_info completion_assembly::summed_usage() const {
 
 // A tool call's id: unique per completion and choice, as OpenAI's `call_...`.
 std::string completion_assembly::call_id(size_t choice, size_t call) const {
-  return "call_" + head_.id.substr(head_.id.find('-') + 1) + "_" + std::to_string(choice) + "_" + std::to_string(call);
+  return "call_" + answer_id_suffix(head_.id) + "_" + std::to_string(choice) + "_" + std::to_string(call);
 }
 
 // Streams what the tool-call parser released: content as `delta.content`, calls as

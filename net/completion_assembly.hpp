@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "actors/request.hpp"
+#include "net/answer_assembly.hpp"
 #include "net/api_error.hpp"
 #include "net/inference.hpp"
 #include "net/openai_codec.hpp"
@@ -19,44 +20,43 @@
 
 namespace troupe::net {
 
-// A new completion id: "chatcmpl-" (chat) or "cmpl-", this process's random prefix and a count.
+// A new id: `prefix` ("chatcmpl-", "cmpl-", "resp_"), this process's random prefix and a count.
+std::string new_answer_id(std::string_view prefix);
+// A new completion id: "chatcmpl-" (chat) or "cmpl-".
 std::string new_completion_id(bool chat);
+// The process-unique part of an id new_answer_id made (what follows its `prefix`): the tool-call
+// and item ids made from it.
+std::string answer_id_suffix(std::string_view id);
 
-class completion_assembly {
+// A logit_bias token outside `inf`'s vocabulary, as the 400 that names it; nullopt when none is.
+std::optional<api_error> vocabulary_error(const actors::request_spec& spec, const inference& inf);
+
+// A token's logprob as a response shows it: its bytes and the alternatives'.
+token_logprob_entry logprob_entry(const inference& inf, const actors::token_event& t);
+
+class completion_assembly : public answer_assembly {
  public:
-  // What the session must do after one event, in this order.
-  struct step {
-    bool submit_others = false;       // submit choices 1..n-1 now (choice 0's first event is in)
-    bool cancel = false;              // cancel every choice's request (one failed)
-    bool open_stream = false;         // write the SSE stream's head (200) before `events`
-    std::vector<std::string> events;  // SSE events (sse_event-formatted) to queue, in order
-    bool end_stream = false;          // then [DONE]: the stream ends
-    std::optional<std::string> answer;  // the whole JSON answer, with 200
-    std::optional<api_error> error;     // answer with this error (nothing was streamed)
-    int64_t retry_after_s = 0;          // with `error`: its Retry-After (0: none)
-  };
-
   // Starts a completion of `req` on `inf` (token pieces, the model's name and tool-call format;
   // it must outlive the completion), with a new id (new_completion_id) and `created` (unix
   // seconds). `chat`: /v1/chat/completions. An error (a logit_bias id outside the vocabulary) is
   // the answer, and nothing starts (no id is taken).
   std::optional<api_error> begin(const openai_request& req, bool chat, int64_t created, const inference& inf);
   // Choice `choice`'s next event (token events, then one done or error event).
-  step feed(size_t choice, const actors::event& e);
+  step feed(size_t choice, const actors::event& e) override;
   // A streamed completion's head and role chunks now, before its first token (the session
   // probes a client that closed its side: http_session_completion.cpp, probe_reader); nothing when not
   // streaming, already open or ended. From then on errors go out in the stream.
-  step open_stream_now();
+  step open_stream_now() override;
 
   // Whether an event of `choice` still counts: a choice cancelled with its siblings may still
   // answer after the completion ended (or after the next request on this connection began).
-  bool accepts(size_t choice) const {
+  bool accepts(size_t choice) const override {
     return !ended_ && choice < choices_.size() && !choices_[choice].ended;
   }
-  size_t size() const { return choices_.size(); }
-  bool streaming() const { return streaming_; }
-  bool stream_open() const { return head_sent_; }  // the SSE head went out (counted as 200)
-  bool ended() const { return ended_; }            // every choice ended (or one failed)
+  size_t size() const override { return choices_.size(); }
+  bool streaming() const override { return streaming_; }
+  bool stream_open() const override { return head_sent_; }  // the SSE head went out (counted as 200)
+  bool ended() const override { return ended_; }            // every choice ended (or one failed)
   const completion_result& head() const { return head_; }
 
  private:
@@ -85,7 +85,6 @@ class completion_assembly {
   void ensure_head(step& s);
   std::string chunk(const chunk_spec& c) const;
   std::string call_id(size_t choice, size_t call) const;
-  token_logprob_entry logprob_entry(const actors::token_event& t) const;
   actors::usage_info summed_usage() const;
 
   const inference* inf_ = nullptr;

@@ -10,8 +10,13 @@ std::string strip_query(std::string_view target) {
 const char* allowed_methods(std::string_view path) {
   if (path == "/v1/ws") return "GET";
   if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/embeddings" || path == "/tokenize" ||
-      path == "/detokenize" || path == "/admin/reload")
+      path == "/detokenize" || path == "/admin/reload" || path == "/v1/responses")
     return "POST";
+  if (path.rfind("/v1/responses/", 0) == 0) {
+    constexpr std::string_view items = "/input_items";  // a stored response's input, read only
+    const bool listing = path.size() > items.size() && path.substr(path.size() - items.size()) == items;
+    return listing ? "GET, HEAD" : "GET, HEAD, DELETE";
+  }
   if (path == "/health" || path == "/metrics" || path == "/" || path == "/index.html" || path == "/v1/models" ||
       path.rfind("/v1/models/", 0) == 0 || path == "/admin/config")
     return "GET, HEAD";
@@ -22,6 +27,7 @@ const char* json_endpoint(std::string_view path) {
   if (path == "/v1/chat/completions") return "chat_completions";
   if (path == "/v1/completions") return "completions";
   if (path == "/v1/embeddings") return "embeddings";
+  if (path == "/v1/responses") return "responses";
   if (path == "/tokenize") return "tokenize";
   if (path == "/detokenize") return "detokenize";
   return nullptr;
@@ -36,6 +42,7 @@ const char* endpoint_of(std::string_view path) {
   if (path == "/admin/config") return "admin_config";
   if (path == "/" || path == "/index.html") return "page";
   if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return "models";
+  if (path.rfind("/v1/responses/", 0) == 0) return "responses";
   return "other";
 }
 

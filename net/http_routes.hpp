@@ -11,7 +11,7 @@ namespace troupe::net {
 std::string strip_query(std::string_view target);
 
 // The methods a path answers, as a 405's Allow says them (HEAD is GET without the body): "GET",
-// "POST" or "GET, HEAD"; null for a path that is no endpoint.
+// "POST", "GET, HEAD" or "GET, HEAD, DELETE" (a stored response); null for a path that is no endpoint.
 const char* allowed_methods(std::string_view path);
 
 // The endpoints whose body is JSON, by their name in the metrics (null for any other path): a page

@@ -43,12 +43,6 @@ std::string path_of(beast::string_view target) { return strip_query(std::string_
 constexpr size_t linger_bytes = 16 << 20;
 constexpr std::chrono::seconds linger_time = request_reading::linger_time;
 
-api_error unauthorised() {
-  api_error e = bad_status(401, "a valid API key is required: send 'Authorization: Bearer <key>'", "invalid_api_key");
-  e.type = "authentication_error";
-  return e;
-}
-
 // The limits are codes of the same category as a malformed request: they are told apart first.
 request_reading::read_error read_error_of(beast::error_code ec) {
   using re = request_reading::read_error;
@@ -61,6 +55,12 @@ request_reading::read_error read_error_of(beast::error_code ec) {
 }
 
 }  // namespace
+
+api_error unauthorised() {
+  api_error e = bad_status(401, "a valid API key is required: send 'Authorization: Bearer <key>'", "invalid_api_key");
+  e.type = "authentication_error";
+  return e;
+}
 
 http_session::http_session(server_context& ctx, tcp::socket&& s, asio::ssl::context* tls, std::shared_ptr<void> slot,
                            std::string refusal) :
@@ -75,7 +75,7 @@ http_session::http_session(server_context& ctx, tcp::socket&& s, asio::ssl::cont
 http_session::~http_session() {
   ctx_.met.connection_closed(false);
   if (!slot_) ctx_.refusing.fetch_sub(1);
-  if (!completion_.ended()) request_.cancel();
+  if (!answer_->ended()) request_.cancel();
 }
 
 void http_session::run() {
@@ -457,13 +457,13 @@ void http_session::handle(request&& req) {
     return await_reply<embedding_result>([&](auto done) { ctx_.inf.embed(std::move(*p.query), std::move(done)); },
                                          [base64](const embedding_result& r) { return embeddings_json(r, base64); });
   }
+  if (path == "/v1/responses" || path.rfind("/v1/responses/", 0) == 0) return handle_responses(req, path);
   endpoint_ = "other";
-  // The endpoints that exist, named so that a client that guessed (the Responses API, an older
-  // path) learns what to use instead.
-  const std::string what = path == "/v1/responses" || path.rfind("/v1/responses/", 0) == 0
-                               ? "the Responses API (/v1/responses) is not served here"
-                               : "no such endpoint: " + std::string(req.method_string()) + " " + path;
+  // The endpoints that exist, named so that a client that guessed (an older path) learns what to
+  // use instead.
+  const std::string what = "no such endpoint: " + std::string(req.method_string()) + " " + path;
   api_error e = bad_status(404, what + "; the endpoints are POST /v1/chat/completions, POST /v1/completions, "
+                                       "POST /v1/responses, GET|DELETE /v1/responses/{id}, "
                                        "POST /v1/embeddings, GET /v1/models, GET /v1/models/{id}, POST /tokenize, "
                                        "POST /detokenize, GET /v1/ws (WebSocket), GET /health, GET /metrics",
                            "not_found");
@@ -539,7 +539,7 @@ void http_session::set_headers(Response& res, const char* content_type) {
   if (!cors_origin_.empty()) {
     res.set(http::field::access_control_allow_origin, cors_origin_);
     res.set(http::field::vary, "Origin");
-    res.set(http::field::access_control_allow_methods, "GET, POST, OPTIONS");
+    res.set(http::field::access_control_allow_methods, "GET, POST, DELETE, OPTIONS");
     res.set(http::field::access_control_allow_headers, "Authorization, Content-Type");
     res.set(http::field::access_control_max_age, "600");
   }
@@ -579,6 +579,9 @@ void http_session::reset_request_state() {
   hold_self_.reset();
   cors_origin_.clear();
   completion_ = {};
+  responses_ = {};
+  answer_ = &completion_;
+  owner_.clear();
   recorders_.clear();
   queue_.clear();
   queued_bytes_ = 0;
@@ -593,7 +596,7 @@ void http_session::close() {
   if (closed_) return;
   closed_ = true;
   gate_.stop();
-  if (request_ && !completion_.ended()) {
+  if (request_ && !answer_->ended()) {
     // The client went away before its answer: counted as nginx does, 499 (a stream whose
     // head went out with an event was counted 200 then).
     if (!head_counted_) ctx_.met.count_request(endpoint_, "499");
@@ -652,8 +655,8 @@ void http_session::watch_disconnect() {
                      : ec == asio::error::operation_aborted ? result::aborted
                      : ec == asio::error::eof               ? result::eof
                                                             : result::failed;
-    auto step = self->reading_.watch_ended(r, {self->closed_, self->buffer_.size(), self->completion_.ended(),
-                                               self->completion_.streaming(), self->writing_});
+    auto step = self->reading_.watch_ended(r, {self->closed_, self->buffer_.size(), self->answer_->ended(),
+                                               self->answer_->streaming(), self->writing_});
     if (step.hold) self->hold_self_ = self;
     switch (step.what) {
       case request_reading::watch_action::linger: return self->linger();

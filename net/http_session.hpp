@@ -1,8 +1,9 @@
 #pragma once
 // The HTTP session of one connection (the listener, server.cpp, hands it over with
-// start_http_session, net/detail/server_context.hpp). Private to its two translation units:
-// http_session.cpp (TLS, reading, routing, plain answers, closing) and
-// http_session_completion.cpp (the completion endpoints' answers and server-sent events).
+// start_http_session, net/detail/server_context.hpp). Private to its three translation units:
+// http_session.cpp (TLS, reading, routing, plain answers, closing),
+// http_session_completion.cpp (the completion endpoints' answers and server-sent events) and
+// http_session_responses.cpp (the Responses API's routes and its stored responses).
 // What a read's result means is decided by net/detail/request_reading.hpp; this class does the
 // Beast I/O. Each connection runs on its own strand; pipeline events arrive on actor threads and
 // are posted onto it, so a session's state is only touched on its strand.
@@ -33,8 +34,12 @@
 #include "net/detail/server_context.hpp"
 #include "net/detail/unread_gate.hpp"
 #include "net/metrics.hpp"
+#include "net/responses_assembly.hpp"
 
 namespace troupe::net::detail {
+
+// The 401 of a request without a valid API key (auth.api_keys).
+api_error unauthorised();
 
 class http_session : public std::enable_shared_from_this<http_session> {
  public:
@@ -83,6 +88,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
   // ---- completions (http_session_completion.cpp) ----
   void start_completion(openai_request req, const std::string& tenant);
+  void run_answer(actors::request_spec spec, const std::string& tenant);
   void submit_choice(size_t i);
   void ack_when_written(size_t i);
   void on_event(uint64_t gen, size_t i, const actors::event& e);
@@ -95,6 +101,12 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void write_next();
   void probe_reader();
   void after_stream();
+
+  // ---- the Responses API (http_session_responses.cpp) ----
+  void handle_responses(const request& req, const std::string& path);
+  void start_response(responses_request req, const std::string& tenant);
+  void keep_response();
+  std::string stored_key(const std::string& id) const;  // the store's key: the id, per API key
 
   server_context& ctx_;
   conn_stream stream_;          // plain TCP, or TLS (net/detail/conn_stream.hpp)
@@ -122,9 +134,13 @@ class http_session : public std::enable_shared_from_this<http_session> {
   bool should_retry_false_ = false;  // the next answer carries x-should-retry: false (api_error::no_retry)
   const char* allow_ = nullptr;  // a 405's Allow header (RFC 9110 15.5.6): the methods the path takes
   bool closed_ = false;
-  // The running completion.
+  // The running answer: a completion, or a response (the Responses API); answer_ points at the
+  // one running (at completion_ between requests).
   bool chat_ = true;
   completion_assembly completion_;
+  responses_assembly responses_;
+  answer_assembly* answer_ = &completion_;
+  std::string owner_;  // the request's API key ("" without keys): whose stored responses it sees
   std::vector<request_recorder> recorders_;  // the metrics of each choice's request
   // The requests of the running completion's choices: cancelled together.
   struct request_set {

@@ -23,15 +23,22 @@ int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
 }  // namespace
 
-// The completion's choices, chunks and answer are net/completion_assembly.hpp's; the session
-// submits the choices' requests and writes what each event's step says.
+// The completion's choices, chunks and answer are net/completion_assembly.hpp's (a response's,
+// net/responses_assembly.hpp's); the session submits the requests and writes what each event's
+// step says.
 void http_session::start_completion(openai_request req, const std::string& tenant) {
   if (auto e = completion_.begin(req, chat_, unix_now(), ctx_.inf)) return send_error(*e);
-  req.spec.tenant = tenant;
+  answer_ = &completion_;
+  run_answer(std::move(req.spec), tenant);
+}
+
+// The answer begun (answer_) runs: its first choice is submitted.
+void http_session::run_answer(actors::request_spec spec, const std::string& tenant) {
+  spec.tenant = tenant;
   stream_.expires_never();
   ++generation_;
-  recorders_.assign(completion_.size(), request_recorder(ctx_.met));
-  spec_ = std::move(req.spec);
+  recorders_.assign(answer_->size(), request_recorder(ctx_.met));
+  spec_ = std::move(spec);
   submit_choice(0);
   watch_disconnect();  // also keeps this session alive while the request runs
 }
@@ -55,7 +62,7 @@ void http_session::submit_choice(size_t i) {
           asio::post(ex, [s = std::move(s), gen, i, e] { s->on_event(gen, i, e); });
         }
       },
-      completion_.streaming() ? actors::ack_mode::manual : actors::ack_mode::on_handoff));
+      answer_->streaming() ? actors::ack_mode::manual : actors::ack_mode::on_handoff));
 }
 
 // Choice i's token event just handled is acknowledged once what it queued (if anything) is
@@ -78,23 +85,24 @@ void http_session::ack_when_written(size_t i) {
 void http_session::on_event(uint64_t gen, size_t i, const actors::event& e) {
   // A choice cancelled with its siblings may still answer after the completion ended (or after
   // the next request on this connection began): ignored.
-  if (closed_ || gen != generation_ || !completion_.accepts(i)) return;
+  if (closed_ || gen != generation_ || !answer_->accepts(i)) return;
   recorders_[i].record(e, std::chrono::steady_clock::now());
   const bool token = std::holds_alternative<actors::token_event>(e);
-  auto s = completion_.feed(i, e);
+  auto s = answer_->feed(i, e);
+  if (s.answer || s.end_stream) keep_response();
   if (s.submit_others)
-    for (size_t k = 1; k < completion_.size(); ++k) submit_choice(k);
+    for (size_t k = 1; k < answer_->size(); ++k) submit_choice(k);
   if (s.cancel) request_.cancel();
   if (s.error) {
     if (s.retry_after_s > 0) retry_after_s_ = s.retry_after_s;
     return send_error(*s.error);
   }
   if (s.answer) return send(http::status::ok, std::move(*s.answer), "application/json");
-  if (completion_.stream_open() && !head_counted_) count_head();  // opened early by probe_reader
+  if (answer_->stream_open() && !head_counted_) count_head();  // opened early by probe_reader
   if (s.open_stream) send_sse_head();
   for (auto& ev : s.events) queue_chunk(std::move(ev));
   if (s.end_stream) return end_sse();
-  if (token && completion_.streaming()) ack_when_written(i);
+  if (token && answer_->streaming()) ack_when_written(i);
 }
 
 // The CORS headers set_headers writes, for the hand-written head of a server-sent-event stream.
@@ -124,7 +132,7 @@ void http_session::count_head() {
 }
 
 void http_session::end_sse() {
-  queue_chunk(std::string(sse_done));
+  if (answer_->done_line()) queue_chunk(std::string(sse_done));
   if (chunked_) queue_raw("0\r\n\r\n");
   finishing_ = true;
   if (!writing_) after_stream();
@@ -166,11 +174,11 @@ void http_session::write_next() {
 // A streamed completion's client closed its side: a write every second tells a client that
 // left from one that half-closed (request_reading::probe says why).
 void http_session::probe_reader() {
-  switch (request_reading::probe(closed_, finishing_, completion_.ended(), completion_.stream_open())) {
+  switch (request_reading::probe(closed_, finishing_, answer_->ended(), answer_->stream_open())) {
     case request_reading::probe_action::stop:
       return;
     case request_reading::probe_action::open_stream: {
-      auto s = completion_.open_stream_now();
+      auto s = answer_->open_stream_now();
       if (s.open_stream) send_sse_head(/*count=*/false);  // counted when the answer comes (or 499)
       for (auto& ev : s.events) queue_chunk(std::move(ev));
       break;

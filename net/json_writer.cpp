@@ -177,4 +177,10 @@ json_writer& json_writer::null() {
   return *this;
 }
 
+json_writer& json_writer::raw(std::string_view json) {
+  separate();
+  out_ += json;
+  return *this;
+}
+
 }  // namespace troupe::net

@@ -33,6 +33,9 @@ class json_writer {
   json_writer& value_float32(float v);
   json_writer& value(bool v);
   json_writer& null();
+  // A value that is JSON text already (a client's schema passed on, a stored object): written as
+  // it is, so it must be valid JSON.
+  json_writer& raw(std::string_view json);
   // key + value in one call.
   template <class T>
   json_writer& field(std::string_view k, const T& v) {

@@ -275,10 +275,10 @@ void write_bytes(json_writer& w, const std::string& piece) {
   w.end_array();
 }
 
-// chat: {"content":[{token, logprob, bytes, top_logprobs:[{token, logprob, bytes}]}],"refusal":null}
-// (the writer turns a piece that is not whole UTF-8 into U+FFFD, as OpenAI shows it).
-void write_chat_logprobs(json_writer& w, const std::vector<token_logprob_entry>& entries) {
-  w.key("logprobs").begin_object().key("content").begin_array();
+}  // namespace
+
+void write_token_logprobs(json_writer& w, const std::vector<token_logprob_entry>& entries) {
+  w.begin_array();
   for (const auto& e : entries) {
     w.begin_object().field("token", e.piece).key("logprob");
     write_lp(w, e.logprob);
@@ -294,7 +294,16 @@ void write_chat_logprobs(json_writer& w, const std::vector<token_logprob_entry>&
     }
     w.end_array().end_object();
   }
-  w.end_array().key("refusal").null().end_object();
+  w.end_array();
+}
+
+namespace {
+
+// chat: {"content":[token logprobs],"refusal":null}.
+void write_chat_logprobs(json_writer& w, const std::vector<token_logprob_entry>& entries) {
+  w.key("logprobs").begin_object().key("content");
+  write_token_logprobs(w, entries);
+  w.key("refusal").null().end_object();
 }
 
 // completions: {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{piece: lp}],"text_offset":[..]}.

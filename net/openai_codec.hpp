@@ -64,6 +64,12 @@ struct token_logprob_entry {
   std::vector<std::pair<std::string, float>> top;  // the alternatives: piece, logprob
 };
 
+class json_writer;
+// [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], as chat's logprobs.content and
+// the Responses API's output_text.logprobs show them (the writer turns a piece that is not whole
+// UTF-8 into U+FFFD, as OpenAI shows it; -9999 stands for an impossible token, as OpenAI's).
+void write_token_logprobs(json_writer& w, const std::vector<token_logprob_entry>& entries);
+
 struct choice_result {
   std::string text;
   std::string finish_reason;

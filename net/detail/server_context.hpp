@@ -18,6 +18,7 @@
 #include "net/inference.hpp"
 #include "net/metrics.hpp"
 #include "net/request_guard.hpp"
+#include "net/responses_store.hpp"
 #include "net/resume_store.hpp"
 #include "net/server.hpp"
 
@@ -37,6 +38,7 @@ struct server_context {
   inference& inf;
   metrics& met;
   resume_store resumes;
+  responses_store responses;  // the Responses API's stored responses (store: true)
   request_guard guard;
   // opts.max_connections, lowered by server::start to fit the descriptor limit.
   size_t max_connections;

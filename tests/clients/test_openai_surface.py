@@ -4,7 +4,7 @@
 - `POST /tokenize` and `POST /detokenize` in llama-server's shapes;
 - `POST /v1/embeddings` through the official `openai` client (the cache's MiniLM embedder);
 - the fields of docs/protocol.md's table: logprobs (chat and completions, streamed and not),
-  n > 1, echo, logit_bias, stop arrays, include_usage, unknown fields and /v1/responses."""
+  n > 1, echo, logit_bias, stop arrays, include_usage, unknown fields and unknown paths."""
 import asyncio
 import base64
 import json
@@ -335,10 +335,12 @@ def test_duplicate_keys_are_400(server):
     assert r["error"]["param"] == "max_tokens" and "duplicate key" in r["error"]["message"], r
 
 
-def test_responses_api_is_404_listing_the_endpoints(server):
-    status, r = post(server, "/v1/responses", {"model": MODEL_NAME, "input": "hi"})
+def test_unknown_path_is_404_listing_the_endpoints(server):
+    status, r = post(server, "/v1/assistants", {"model": MODEL_NAME})
     assert status == 404, r
-    assert "/v1/responses" in r["error"]["message"] and "POST /v1/chat/completions" in r["error"]["message"], r
+    message = r["error"]["message"]
+    assert "/v1/assistants" in message and "POST /v1/chat/completions" in message, r
+    assert "POST /v1/responses" in message, r
 
 
 def check_chat_logprobs(content, entries, top):

@@ -134,6 +134,29 @@ def test_pydantic_urls_parse(client):
     assert site is not None and site.url.scheme in ("http", "https"), r.choices[0].message.content
 
 
+def test_pydantic_decimals_parse(client):
+    """pydantic's Decimal is `anyOf: [number, string]`, the string (in some pydantic versions) with
+    a pattern whose lookahead the regex subset refuses: that branch is left out, and the answer is
+    a number, which the schema and pydantic accept. Optional[Decimal] too. (Where the string has no
+    pattern, as in the test venv's pydantic, any string is valid JSON Schema but not a Decimal to
+    pydantic: that schema says less than its validator.)"""
+    decimal = {"anyOf": [{"type": "number"},
+                         {"type": "string", "pattern": r"^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$"}]}
+    schema = {"type": "object", "properties": {"price": decimal, "discount": {"anyOf": [decimal, {"type": "null"}]}},
+              "required": ["price", "discount"], "additionalProperties": False}
+    r = ask(client, "A coffee costs 3.50 with no discount. As JSON.", max_tokens=60,
+            response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": schema, "strict": True}})
+    doc = json.loads(r.choices[0].message.content)
+    jsonschema.validate(doc, {**schema, "properties": {"price": {"type": "number"},
+                                                        "discount": {"type": ["number", "null"]}}})
+    assert isinstance(doc["price"], (int, float)), doc  # the string branch is never generated
+    # Only null left (the one other branch unsupported) is still refused, naming what is not served.
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(client, "x", response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": {
+            "anyOf": [{"type": "string", "format": "ipv4"}, {"type": "null"}]}}})
+    assert "ipv4" in str(e.value)
+
+
 def test_unsupported_schema_keyword_is_a_400_naming_it(client):
     schema = {"type": "object", "patternProperties": {"^x": {"type": "string"}}}
     with pytest.raises(openai.BadRequestError) as e:

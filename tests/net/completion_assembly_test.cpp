@@ -10,44 +10,15 @@
 #include <simdjson.h>
 
 #include "net/completion_assembly.hpp"
-#include "tests/net/valid_json.hpp"
+#include "tests/net/assembly_support.hpp"
 
 using namespace troupe;
 using namespace troupe::net;
+using troupe::net::test::doc;
+using troupe::net::test::fake_inference;
 using troupe::net::test::valid_json;
 
 namespace {
-
-// A test double of the pipeline interface: only what the assembly asks (token pieces for
-// logprobs, the vocabulary's size for logit_bias, the model's name); nothing is submitted.
-class fake_inference : public inference {
- public:
-  bool ready() const override { return true; }
-  std::string model_name() const override { return "fake-model"; }
-  actors::request_handle submit(actors::request_spec, actors::event_handler, actors::ack_mode) override {
-    return {};
-  }
-  std::string token_piece(int32_t id) const override {
-    auto it = pieces.find(id);
-    return it == pieces.end() ? std::string() : it->second;
-  }
-  int32_t vocab_size() const override { return 100; }
-
-  std::map<int32_t, std::string> pieces{{1, "He"}, {2, "llo"}, {3, "\xC3\xA9"}, {4, " world"}, {5, "\xC3"},
-                                        {6, "\xA9"}, {7, "!"}};
-};
-
-// A parsed JSON document with its own parser, so that several stay valid at once.
-struct doc {
-  explicit doc(std::string json) : text(std::move(json)) {
-    EXPECT_TRUE(valid_json(text)) << text;
-    root = parser.parse(text);
-  }
-  simdjson::dom::element operator[](const char* key) const { return root[key]; }
-  simdjson::dom::parser parser;
-  std::string text;
-  simdjson::dom::element root;
-};
 
 // The JSON of one SSE event ("data: <json>\n\n").
 std::string sse_json(const std::string& event) {

@@ -14,7 +14,12 @@ TEST(HttpRoutes, PathsTheirMethodsAndTheirMetricsNames) {
   EXPECT_STREQ(allowed_methods("/admin/reload"), "POST");
   EXPECT_STREQ(allowed_methods("/v1/ws"), "GET");
   EXPECT_STREQ(allowed_methods("/v1/models/SmolLM2%2F135M"), "GET, HEAD");
-  EXPECT_EQ(allowed_methods("/v1/responses"), nullptr);
+  EXPECT_STREQ(allowed_methods("/v1/responses"), "POST");
+  EXPECT_STREQ(allowed_methods("/v1/responses/resp_1"), "GET, HEAD, DELETE");
+  EXPECT_STREQ(allowed_methods("/v1/responses/resp_1/input_items"), "GET, HEAD");
+  EXPECT_STREQ(json_endpoint("/v1/responses"), "responses");
+  EXPECT_EQ(json_endpoint("/v1/responses/resp_1"), nullptr);  // GET and DELETE take no body
+  EXPECT_STREQ(endpoint_of("/v1/responses/resp_1"), "responses");
   EXPECT_EQ(allowed_methods("/v1/chat/completions/"), nullptr);  // no prefix matching but models'
   EXPECT_STREQ(json_endpoint("/tokenize"), "tokenize");
   EXPECT_EQ(json_endpoint("/v1/models"), nullptr);
@@ -25,7 +30,7 @@ TEST(HttpRoutes, PathsTheirMethodsAndTheirMetricsNames) {
   // Every path with methods has a name of its own in the metrics.
   for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/tokenize", "/detokenize",
                         "/admin/reload", "/admin/config", "/v1/ws", "/health", "/metrics", "/", "/index.html",
-                        "/v1/models", "/v1/models/m"}) {
+                        "/v1/models", "/v1/models/m", "/v1/responses", "/v1/responses/r"}) {
     ASSERT_NE(allowed_methods(p), nullptr) << p;
     EXPECT_STRNE(endpoint_of(p), "other") << p;
   }
