@@ -105,9 +105,15 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
     if (!tp->constraint.empty()) constraint = std::move(tp->constraint);
   }
   if (!constraint.empty()) {
-    if (spec.ignore_eos)
+    // The constraint is the request's own, or the one its tools set (a forced call, a strict
+    // tool, parallel_tool_calls false): the message says which.
+    if (spec.ignore_eos && !spec.constraint.empty())
       return reject(errc::invalid_request, "'ignore_eos' cannot be combined with a structured output: the output ends where the " +
                                                constraint.kind + " is complete");
+    if (spec.ignore_eos)
+      return reject(errc::invalid_request,
+                    "'ignore_eos' cannot be combined with a forced tool call, a strict tool or parallel_tool_calls "
+                    "false: the reply ends where its calls are complete");
     if (auto c = codec_->compile_constraint(constraint); !c) return reject(errc::invalid_request, c.error());
   }
 

@@ -221,3 +221,29 @@ TEST(admission_state, stop_string_refusals_name_the_stop_field) {
   EXPECT_EQ(d.error.message, "'stop' strings must not be empty");
   EXPECT_EQ(net::from_pipeline_error(d.error).param, "stop");
 }
+
+// ignore_eos with an output constraint is refused, naming where the constraint came from: the
+// request's structured output, or its tools (a forced call; the reply ends with its calls).
+TEST(admission_state, ignore_eos_refusals_name_the_constraint_they_clash_with) {
+  auto c = acfg();
+  c.n_ctx = 1024;  // the tools' prompt
+  admission_state a(c, make_byte_codec());
+  request_spec s;
+  s.messages = {{"user", "hi"}};
+  s.max_tokens = 4;
+  s.ignore_eos = true;
+  s.constraint = {structured::kind::json_object, ""};
+  auto d = a.admit(s, 0);
+  ASSERT_FALSE(d.ok);
+  EXPECT_NE(d.error.message.find("structured output"), std::string::npos) << d.error.message;
+  s.constraint = {};
+  s.tools = {{"f", "", R"({"type":"object","properties":{}})"}};
+  s.tool_choice = tool_choice::required;
+  d = a.admit(s, 0);
+  ASSERT_FALSE(d.ok);
+  EXPECT_EQ(d.error.message.rfind("'ignore_eos'", 0), 0u) << d.error.message;
+  EXPECT_NE(d.error.message.find("forced tool call"), std::string::npos) << d.error.message;
+  s.ignore_eos = false;
+  d = a.admit(s, 0);
+  EXPECT_TRUE(d.ok) << d.error.message;
+}
