@@ -156,6 +156,11 @@ std::string tool_result_text(tool_format f, std::string_view content) {
   return std::string(content);
 }
 
+std::pair<std::string_view, std::string_view> call_markers(tool_format f) {
+  if (f == tool_format::hermes) return {hermes_open, hermes_close};
+  return {};
+}
+
 const char* tool_result_role(tool_format f) { return f == tool_format::llama3 ? "ipython" : "user"; }
 
 result<std::string> calls_grammar(tool_format f, const std::vector<tool_def>& tools, std::string_view only, bool many,

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/result.hpp"
@@ -21,6 +22,9 @@ namespace troupe::structured {
 
 enum class tool_format { hermes, llama3, mistral };
 const char* to_string(tool_format f);
+// The markers a call of this format is written between (hermes: <tool_call> and </tool_call>);
+// empty for formats whose calls have none around each (llama3, mistral's one list).
+std::pair<std::string_view, std::string_view> call_markers(tool_format f);
 
 struct tool_def {
   std::string name;

@@ -208,6 +208,11 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
   d.open.prompt_tokens = n_prompt;
   d.open.stop = spec.stop;
   d.open.tenant = tenant_name;
+  if (offers_tools(spec)) {  // a reply that may call: the streamer ends it at a repeated call
+    const auto [open, close] = structured::call_markers(codec_->tool_format());
+    d.open.call_open = std::string(open);
+    d.open.call_close = std::string(close);
+  }
   pending_[r.id] = admitted{now_us, tenant_name, n_prompt, max_tokens};
   if (gate_) {  // held (and counted as pending) until the admission actor answers
     d.ok = false;

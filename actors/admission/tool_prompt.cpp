@@ -6,7 +6,7 @@ namespace troupe::actors {
 
 result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_format f) {
   tool_prompt out;
-  const bool offered = !spec.tools.empty() && spec.tool_choice != tool_choice::none;
+  const bool offered = offers_tools(spec);
   if (!spec.tools.empty() && spec.messages.empty())
     return make_error("'tools' need a chat request ('messages')");
   std::vector<structured::tool_def> defs;
@@ -19,7 +19,12 @@ result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_
     if (!spec.constraint.empty())
       return make_error("'tool_choice' forces a call, which cannot be combined with a structured output ('" +
                         spec.constraint.kind + "')");
-    auto g = structured::calls_grammar(f, defs, spec.tool_choice == tool_choice::function ? spec.tool_choice_name : "");
+    // "required": one call or more (OpenAI's words) while parallel calls are allowed, in a format
+    // whose calls have markers, so that the streamer's guard can end a reply that repeats one
+    // (actors/streamer/filters/repeated_call_guard.hpp); else, and for a named function, one call.
+    const bool named = spec.tool_choice == tool_choice::function;
+    const bool many = !named && spec.parallel_tool_calls && !structured::call_markers(f).first.empty();
+    auto g = structured::calls_grammar(f, defs, named ? spec.tool_choice_name : "", many);
     if (!g) return make_error(g.error());
     out.constraint = {structured::kind::grammar, std::move(*g)};
   } else if (spec.tool_choice == tool_choice::automatic && spec.constraint.empty() &&

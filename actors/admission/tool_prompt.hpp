@@ -16,6 +16,11 @@ struct tool_prompt {
   structured::constraint_spec constraint; // a forced call's grammar; empty otherwise
 };
 
+// Whether the reply may make calls: tools offered, and tool_choice not "none".
+inline bool offers_tools(const request_spec& spec) {
+  return !spec.tools.empty() && spec.tool_choice != tool_choice::none;
+}
+
 // Errors name the field: a tool message without tool_call_id, a tool_choice naming no tool,
 // tools on a request without messages, a forced call combined with a response_format.
 result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_format f);

@@ -54,11 +54,15 @@ struct stream_open {
   int32_t prompt_tokens = 0;
   std::vector<std::string> stop;
   std::string tenant;  // for output filters
+  // The markers around a tool call in the reply's format, when it may make calls
+  // (filters/repeated_call_guard.hpp: a call repeating an earlier one ends the reply); "": none.
+  std::string call_open, call_close;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stream_open& x) {
-  return f(caf::meta::type_name("stream_open"), x.id, x.arrival_us, x.prompt_tokens, x.stop, x.tenant);
+  return f(caf::meta::type_name("stream_open"), x.id, x.arrival_us, x.prompt_tokens, x.stop, x.tenant, x.call_open,
+           x.call_close);
 }
 
 // A response from the cache, to be streamed as if generated.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "actors/streamer/filters/repeated_call_guard.hpp"
+
 namespace troupe::actors {
 
 streamer_state::streamer_state(streamer_config cfg, std::shared_ptr<const text_codec> codec)
@@ -30,6 +32,9 @@ void streamer_state::open(const stream_open& o) {
   s.dec = codec_->decoder();
   s.stops = model::stop_matcher(o.stop);
   if (filters_) s.filters = filters_->make_chain(filter_context{o.id, o.tenant, o.prompt_tokens});
+  // The request's own guard goes first: the configured filters see the calls it lets through.
+  if (filters_ && !o.call_open.empty() && !o.call_close.empty())
+    s.filters.insert(s.filters.begin(), filters::make_repeated_call_guard(o.call_open, o.call_close));
   streams_.emplace(o.id, std::move(s));
   // Filters that did not build would let text out unfiltered: such a stream fails instead.
   if (!filters_) {

@@ -303,6 +303,36 @@ def test_auto_without_a_call_is_plain_content(client):
         assert choice.finish_reason in ("stop", "length") and choice.message.content
 
 
+def test_required_makes_one_call_or_more_and_never_repeats_one(client):
+    """tool_choice "required" is one call or more (OpenAI's words) while parallel_tool_calls is
+    true (its default): a question that wants two calls gets two. A call repeating an earlier
+    one of the same reply ends the reply there (this model, given room for several calls, writes
+    its one call again): the streamer drops the repeat, in whole answers and in streams."""
+    r = ask(client, "What is the weather in Paris and in Rome?", tools=[WEATHER_TOOL], tool_choice="required",
+            max_tokens=200)
+    calls = r.choices[0].message.tool_calls
+    assert r.choices[0].finish_reason == "tool_calls", r
+    assert [json.loads(c.function.arguments)["city"] for c in calls] == ["Paris", "Rome"], calls
+    for stream in (False, True):
+        for seed in range(3):
+            kw = dict(tools=[WEATHER_TOOL], tool_choice="required", max_tokens=200, seed=seed,
+                      temperature=0 if seed == 0 else 1.0)
+            if stream:
+                got = {}
+                for chunk in ask(client, "What is the weather in Berlin?", stream=True, **kw):
+                    for tc in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                        c = got.setdefault(tc.index, {"name": "", "arguments": ""})
+                        c["name"] += (tc.function.name or "") if tc.function else ""
+                        c["arguments"] += (tc.function.arguments or "") if tc.function else ""
+                bodies = [(c["name"], c["arguments"]) for _, c in sorted(got.items())]
+            else:
+                msg = ask(client, "What is the weather in Berlin?", **kw).choices[0].message
+                bodies = [(c.function.name, c.function.arguments) for c in msg.tool_calls]
+            assert bodies and len(bodies) == len(set(bodies)), (stream, seed, bodies)
+            for _, a in bodies:
+                json.loads(a)
+
+
 def test_parallel_tool_calls_false_gives_one_call_at_most(client):
     """LlamaIndex's chat_with_tools and LangChain's function-calling structured output send
     `parallel_tool_calls: false` by default; it was a 400. Forced: one call. Auto: text, then at

@@ -126,11 +126,26 @@ TEST(ToolPrompt, ParallelToolCallsFalseAllowsOneCall) {
   ASSERT_TRUE(free_text);
   EXPECT_TRUE(free_text->constraint.empty()) << "parallel calls allowed, nothing strict: the reply stays free";
 
+  // "required" is one call or more (OpenAI's words) while parallel calls are allowed (the
+  // streamer ends a reply that repeats one), one without; a named function is that one call.
   auto forced = s;
   forced.tool_choice = tool_choice::required;
   auto f = make_tool_prompt(forced, structured::tool_format::hermes);
   ASSERT_TRUE(f) << f.error();
-  EXPECT_EQ(f->constraint.kind, structured::kind::grammar);
+  EXPECT_EQ(f->constraint.source, *structured::calls_grammar(structured::tool_format::hermes, defs, "", false));
+  forced.parallel_tool_calls = true;
+  f = make_tool_prompt(forced, structured::tool_format::hermes);
+  ASSERT_TRUE(f) << f.error();
+  EXPECT_EQ(f->constraint.source, *structured::calls_grammar(structured::tool_format::hermes, defs, "", true));
+  // Mistral's calls are one list, without markers around each: one call.
+  f = make_tool_prompt(forced, structured::tool_format::mistral);
+  ASSERT_TRUE(f) << f.error();
+  EXPECT_EQ(f->constraint.source, *structured::calls_grammar(structured::tool_format::mistral, defs, "", false));
+  forced.tool_choice = tool_choice::function;
+  forced.tool_choice_name = "get_weather";
+  f = make_tool_prompt(forced, structured::tool_format::hermes);
+  ASSERT_TRUE(f) << f.error();
+  EXPECT_EQ(f->constraint.source, *structured::calls_grammar(structured::tool_format::hermes, defs, "get_weather", false));
 
   auto l3 = make_tool_prompt(s, structured::tool_format::llama3);
   ASSERT_FALSE(l3) << "llama3's calls have no marker: the reply cannot be held to one call under auto";
