@@ -5,6 +5,8 @@
 // only its own.
 #include <cstring>
 #include <ctime>
+#include <optional>
+#include <string_view>
 
 #include "net/http_routes.hpp"
 #include "net/http_session.hpp"
@@ -16,10 +18,47 @@ namespace troupe::net::detail {
 namespace beast = boost::beast;
 namespace http = beast::http;
 
+namespace {
+
+// Routes of the API that are not served (token counting, compaction, cancelling a background
+// response): named in a 404, rather than a 405 that would suggest another method on them.
+const char* unserved_route(std::string_view rest) {
+  if (rest == "input_tokens") return "counting input tokens (POST /v1/responses/input_tokens)";
+  if (rest == "compact") return "compaction (POST /v1/responses/compact)";
+  if (rest.size() > 7 && rest.substr(rest.size() - 7) == "/cancel")
+    return "cancelling (POST /v1/responses/{id}/cancel: responses run in their request, never in the background)";
+  return nullptr;
+}
+
+// GET /v1/responses/{id}'s query: the stored response is returned whole, as answered, so
+// `stream=true` (a replay of its events) and `include` are not served; the 400 names them.
+std::optional<api_error> retrieve_query_error(std::string_view query) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const size_t eq = pair.find('=');
+    const std::string k = percent_decoded(pair.substr(0, eq));
+    const std::string v = eq == std::string_view::npos ? std::string() : percent_decoded(pair.substr(eq + 1));
+    if (k == "stream" && v == "false") continue;
+    if (k.empty() && v.empty()) continue;
+    return bad_request("query parameter '" + k +
+                           "' is not served on GET /v1/responses/{id}: the stored response is returned whole, as "
+                           "it was answered",
+                       k, "unsupported_field");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::string http_session::stored_key(const std::string& id) const { return owner_ + '\n' + id; }
 
 void http_session::handle_responses(const request& req, const std::string& path) {
   endpoint_ = "responses";
+  if (path.size() > std::strlen("/v1/responses/"))
+    if (const char* what = unserved_route(std::string_view(path).substr(std::strlen("/v1/responses/"))))
+      return send_error(bad_status(404, std::string("the Responses API's ") + what + " is not served here", "not_found"));
   const auto method = req.method();
   const bool post = path == "/v1/responses";
   const bool get = method == http::verb::get || method == http::verb::head;
@@ -51,9 +90,13 @@ void http_session::handle_responses(const request& req, const std::string& path)
   if (get) {
     auto e = ctx_.responses.get(stored_key(id));
     if (!e) return send_error(unknown_response(id));
-    if (!items) return send(http::status::ok, std::move(e->response_json), "application/json");
     const std::string_view target(req.target().data(), req.target().size());
     const size_t q = target.find('?');
+    if (!items) {
+      if (auto bad = retrieve_query_error(q == std::string_view::npos ? std::string_view() : target.substr(q + 1)))
+        return send_error(*bad);
+      return send(http::status::ok, std::move(e->response_json), "application/json");
+    }
     auto list = input_items_json(id, e->input_items, q == std::string_view::npos ? std::string_view() : target.substr(q + 1));
     if (!list.json) return send_error(list.error);
     return send(http::status::ok, std::move(*list.json), "application/json");

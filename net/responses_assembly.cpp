@@ -322,8 +322,14 @@ std::string responses_assembly::response_object(bool in_progress) const {
   if (settings_.previous_response_id.empty()) w.null();
   else w.value(settings_.previous_response_id);
   w.key("reasoning").begin_object().key("effort").null().key("summary").null().end_object();
+  w.key("prompt_cache_key");
+  if (settings_.prompt_cache_key.empty()) w.null();
+  else w.value(settings_.prompt_cache_key);
+  w.key("safety_identifier");
+  if (settings_.safety_identifier.empty()) w.null();
+  else w.value(settings_.safety_identifier);
   w.field("service_tier", "default").field("store", settings_.store);
-  w.field("temperature", settings_.temperature.value_or(1.0));
+  w.field("temperature", settings_.temperature.value_or(0.0));
   w.key("text").begin_object().key("format").raw(settings_.text_format_json).field("verbosity", "medium").end_object();
   w.key("tool_choice").raw(settings_.tool_choice_json).key("tools").raw(settings_.tools_json);
   w.field("top_logprobs", settings_.top_logprobs).field("top_p", settings_.top_p.value_or(1.0));

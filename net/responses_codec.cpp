@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <charconv>
 #include <iterator>
+#include <regex>
 #include <utility>
 #include <vector>
 
 #include "net/detail/request_reader.hpp"
+#include "net/http_routes.hpp"
 #include "net/json_writer.hpp"
 
 namespace troupe::net {
@@ -178,6 +180,8 @@ std::string read_item(reader& ir, const std::string& at, message_list& msgs) {
     ir.str("arguments", arguments);
     for (const char* k : {"call_id", "name", "arguments"})
       if (!ir.err && !ir.get(k)) ir.err = bad_request("'" + at + "." + k + "' is required", at + "." + k);
+    for (const auto& [k, v] : {std::pair<const char*, const std::string*>{"call_id", &call_id}, {"name", &name}})
+      if (!ir.err && v->empty()) ir.err = bad_request("'" + at + "." + k + "' must not be empty", at + "." + k);
     if (!ir.err) msgs.call(call_id, name, arguments);
     item.field("call_id", call_id).field("name", name).field("arguments", arguments).field("status", "completed");
   } else if (type == "function_call_output") {
@@ -329,6 +333,11 @@ void write_text(reader& r, json_writer& w, response_settings& set) {
       std::string type;
       fr.str("type", type);
       detail::known_fields(fr, {"type", "name", "schema", "strict", "description"});
+      if (!fr.err && type != "json_schema")
+        for (const char* k : {"name", "schema", "strict", "description"})
+          if (!fr.err && fr.get(k))
+            fr.err = bad_request("'text.format." + std::string(k) + "' belongs to a json_schema format, not \"" + type + "\"",
+                                 "text.format." + std::string(k));
       if (!fr.err && type == "json_object") {
         w.key("response_format").begin_object().field("type", "json_object").end_object();
       } else if (!fr.err && type == "json_schema") {
@@ -392,12 +401,19 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
     s.replace(at, from.size(), to);
 }
 
-// A chat parse error in this API's words.
+// A chat parse error in this API's words. A chat message's index is not an input item's (the
+// instructions come first, calls fold into one turn), so 'messages[i]' names the input as a whole.
 api_error responses_error(api_error e) {
   e.param = e.param.empty() ? e.param : responses_param(e.param);
   replace_all(e.message, "max_completion_tokens", "max_output_tokens");
   replace_all(e.message, "response_format.json_schema", "text.format");
   replace_all(e.message, "response_format", "text.format");
+  static const std::regex message_at(R"(messages\[[0-9]+\])");
+  e.message = std::regex_replace(e.message, message_at, "input");
+  replace_all(e.message, "tool_call_id", "call_id");
+  replace_all(e.message, "an earlier assistant message's 'tool_calls'", "an earlier function_call item");
+  static const std::regex function_field(R"((tools\[[0-9]+\]|tool_choice)\.function\.)");
+  e.message = std::regex_replace(e.message, function_field, "$1.");
   return e;
 }
 
@@ -425,8 +441,8 @@ parsed_item_list input_items_json(const std::string& response_id, const std::vec
     const std::string_view pair = query.substr(0, amp);
     query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
     const size_t eq = pair.find('=');
-    const std::string_view k = pair.substr(0, eq);
-    const std::string_view v = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    const std::string k = percent_decoded(pair.substr(0, eq));
+    const std::string v = eq == std::string_view::npos ? std::string() : percent_decoded(pair.substr(eq + 1));
     size_t n = 0;
     const bool number = std::from_chars(v.data(), v.data() + v.size(), n).ptr == v.data() + v.size() && !v.empty();
     if (k == "order" && (v == "asc" || v == "desc")) {
@@ -435,10 +451,14 @@ parsed_item_list input_items_json(const std::string& response_id, const std::vec
       limit = n;
     } else if (k == "after") {
       after = std::string(v);
-    } else if (k != "include[]" && k != "include") {
-      out.error = bad_request("query parameter '" + std::string(k) +
-                                  "' is not valid here: order (asc or desc), limit (1 to 100) and after are",
-                              std::string(k));
+    } else if (k == "include[]" || k == "include") {
+      // What include adds to input items (image URLs, file contents) is not kept here.
+      out.error = bad_request("query parameter '" + k + "' is not served: input items are listed as they were given",
+                              k, "unsupported_field");
+      return out;
+    } else if (!k.empty() || !v.empty()) {
+      out.error = bad_request("query parameter '" + k + "' is not valid here: order (asc or desc), limit (1 to 100) and after are",
+                              k);
       return out;
     }
   }
@@ -448,7 +468,13 @@ parsed_item_list input_items_json(const std::string& response_id, const std::vec
   size_t from = 0;
   if (!after.empty()) {
     while (from < order.size() && base + std::to_string(order[from]) != after) ++from;
-    ++from;  // the one after it (none: an unknown id lists nothing)
+    if (from == order.size()) {
+      out.error = bad_request("query parameter 'after': '" + after + "' is not an input item of response '" +
+                                  response_id + "'",
+                              "after");
+      return out;
+    }
+    ++from;  // the one after it
   }
   json_writer w;
   w.begin_object().field("object", "list").key("data").begin_array();
@@ -475,7 +501,8 @@ api_error unknown_response(const std::string& id, std::string param) {
   e.status = 404;
   e.code = "not_found";
   e.message = "response '" + id +
-              "' is not stored here (never made, deleted, evicted from the bounded store, or made with store: false)";
+              "' is not stored here (never made, deleted, evicted from the bounded store, made with store: false, "
+              "or not answered yet: a response is stored once its answer is complete)";
   e.param = std::move(param);
   return e;
 }
@@ -523,6 +550,8 @@ parsed_responses parse_responses_request(std::string_view body, const conversati
   }
   r.boolean("parallel_tool_calls", set.parallel_tool_calls);
   r.str("user", set.user);
+  r.str("prompt_cache_key", set.prompt_cache_key);
+  r.str("safety_identifier", set.safety_identifier);
   set.has_user = !r.err && r.get("user").has_value();
   r.boolean("store", set.store);
   r.str("previous_response_id", set.previous_response_id);
@@ -530,6 +559,8 @@ parsed_responses parse_responses_request(std::string_view body, const conversati
   bool logprobs = false;
   if (auto inc = r.get("include"); inc && inc->is_array()) logprobs = dom::array(*inc).size() > 0;
   r.integer("top_logprobs", set.top_logprobs);
+  if (!r.err && (set.top_logprobs < 0 || set.top_logprobs > 20))
+    r.err = bad_request("'top_logprobs' must be in [0, 20]", "top_logprobs");
   if (!r.err && (logprobs || set.top_logprobs > 0)) {
     w.field("logprobs", true);
     if (set.top_logprobs > 0) w.field("top_logprobs", set.top_logprobs);
@@ -565,6 +596,9 @@ parsed_responses parse_responses_request(std::string_view body, const conversati
     return out;
   }
   req.chat = std::move(*chat.request);
+  // Echoed as sampled: absent, temperature is Troupe's default, 0 (greedy), not OpenAI's 1.
+  set.temperature = req.chat.spec.sampling.temperature;
+  set.top_p = req.chat.spec.sampling.top_p;
   req.chat.max_tokens_field = "max_output_tokens";
   req.chat.constraint_field = responses_param(req.chat.constraint_field);
   out.request = std::move(req);

@@ -37,6 +37,7 @@ struct response_settings {
   int64_t top_logprobs = 0;
   std::string user;  // with has_user
   bool has_user = false;
+  std::string prompt_cache_key, safety_identifier;  // "" when not sent (echoed as null)
   std::string previous_response_id;  // "" when none
   bool store = true;
 };

@@ -150,3 +150,22 @@ def test_unhonoured_fields_are_refused_by_name(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model=MODEL_NAME, input="Hi", tools=[{"type": "web_search"}])
     assert e.value.body["param"] == "tools[0].type"
+
+
+def test_settings_echo_what_was_sampled_and_unserved_routes_say_so(client, server):
+    """An adversarial pass's findings: temperature absent is echoed as 0 (Troupe samples greedily
+    then, not at OpenAI's 1); the API's routes that are not served are 404s naming them, not 405s;
+    a retrieve with stream=true is a 400 naming stream, not a silent JSON answer."""
+    r = client.responses.create(model=MODEL_NAME, input="Hi", max_output_tokens=2,
+                                extra_body={"prompt_cache_key": "k1", "safety_identifier": "s1"})
+    assert r.temperature == 0 and r.top_p == 1, r
+    assert r.prompt_cache_key == "k1" and r.safety_identifier == "s1", r
+    with pytest.raises(openai.NotFoundError) as e:
+        client.responses.input_tokens.count(model=MODEL_NAME, input="Hi")
+    assert "input_tokens" in e.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as e:
+        list(client.responses.retrieve(r.id, stream=True))
+    assert e.value.body["param"] == "stream"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.input_items.list(r.id, after="item_bogus")
+    assert e.value.body["param"] == "after"

@@ -143,6 +143,19 @@ TEST(responses_codec, unhonoured_fields_are_refused_by_name) {
   EXPECT_EQ(refused(R"({"input":"x","text":{"format":{"type":"json_schema","name":"n","schema":7}}})").rfind("text.format", 0),
             0u);
   EXPECT_EQ(refused(R"({"input":[{"type":"function_call_output","call_id":"nope","output":"r"}]})"), "input");
+  // The messages say it in this API's words too (the chat message's index is not the item's).
+  auto orphan = parse(R"({"input":[{"type":"function_call_output","call_id":"nope","output":"r"}],"instructions":"x"})");
+  ASSERT_FALSE(orphan.request);
+  EXPECT_EQ(orphan.error.message.find("messages"), std::string::npos) << orphan.error.message;
+  EXPECT_NE(orphan.error.message.find("'input.call_id' \"nope\" answers no call of an earlier function_call item"),
+            std::string::npos) << orphan.error.message;
+  auto twice = parse(R"({"input":"x","tools":[{"type":"function","name":"f"},{"type":"function","name":"f"}]})");
+  ASSERT_FALSE(twice.request);
+  EXPECT_EQ(twice.error.message.find(".function."), std::string::npos) << twice.error.message;
+  EXPECT_EQ(twice.error.param, "tools[1].name");
+  EXPECT_EQ(refused(R"({"input":"x","top_logprobs":-1})"), "top_logprobs");
+  EXPECT_EQ(refused(R"({"input":[{"type":"function_call","call_id":"c","name":"","arguments":"{}"}]})"), "input[0].name");
+  EXPECT_EQ(refused(R"({"input":"x","text":{"format":{"type":"json_object","schema":{}}}})"), "text.format.schema");
 }
 
 TEST(responses_codec, previous_response_id_prepends_its_conversation) {
@@ -193,6 +206,12 @@ TEST(responses_codec, input_items_are_listed_newest_first_with_ids) {
   ASSERT_TRUE(page.json);
   EXPECT_NE(page.json->find(R"("first_id":"item_x-1_1","last_id":"item_x-1_1","has_more":true})"), std::string::npos);
   EXPECT_FALSE(input_items_json("resp_x-1", items, "limit=0").json);
+  // Percent-encoded as clients send it; an unknown `after` and `include[]` are refused by name.
+  auto encoded = input_items_json("resp_x-1", items, "order=asc&limit=%31&after=item%5Fx-1_0");
+  ASSERT_TRUE(encoded.json) << encoded.error.message;
+  EXPECT_EQ(*encoded.json, *page.json);
+  EXPECT_EQ(input_items_json("resp_x-1", items, "after=item_bogus").error.param, "after");
+  EXPECT_EQ(input_items_json("resp_x-1", items, "include%5B%5D=message.input_image.image_url").error.param, "include[]");
   auto s = parse(R"({"input":"hi"})");
   ASSERT_TRUE(s.request);
   ASSERT_EQ(s.request->input_items.size(), 1u);
