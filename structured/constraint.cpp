@@ -247,7 +247,11 @@ result<std::shared_ptr<const compiled_constraint>> compile(const constraint_spec
   if (!text) return make_error(text.error());
   auto g = parse_gbnf(text.value());
   if (!g) {
-    // The translated kinds' grammars are ours: failing to parse one is a bug worth naming as such.
+    // A schema whose $ref recursion has no way out ({"$ref": "#"}) translates to rules that can
+    // never finish: the schema's fault, said in its words. Otherwise the translated kinds'
+    // grammars are ours, and failing to parse one is a bug worth naming as such.
+    if (spec.kind == kind::json_schema && g.error().find("can never finish") != std::string::npos)
+      return make_error("json_schema: the schema admits no finite document (a $ref recursion with no way out)");
     if (spec.kind != kind::grammar) return make_error("structured: internal error, " + spec.kind + " grammar: " + g.error());
     return make_error(g.error());
   }

@@ -78,6 +78,18 @@ TEST(Constraint, GrammarErrorsSurfaceFromCompile) {
   EXPECT_NE(c.error().find("undefined rule 'foo'"), std::string::npos) << c.error();
 }
 
+// A schema whose $ref recursion has no way out admits no finite document: the schema's fault,
+// named as a json_schema error (not as an internal error of the translation).
+TEST(Constraint, ASchemaWithNoFiniteDocumentIsNamed) {
+  for (const char* schema : {R"({"$ref": "#"})", R"({"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]})"}) {
+    auto c = compile({kind::json_schema, schema}, vocab());
+    ASSERT_FALSE(c.ok()) << schema;
+    EXPECT_EQ(c.error().rfind("json_schema: the schema admits no finite document", 0), 0u) << c.error();
+  }
+  // With a way out (the property optional) it compiles.
+  EXPECT_TRUE(compile({kind::json_schema, R"({"type": "object", "properties": {"a": {"$ref": "#"}}})"}, vocab()).ok());
+}
+
 TEST(Constraint, AcceptsAndRejectsByteSequences) {
   auto c = compiled(kind::grammar, "root ::= \"a\" [0-9]+ (\"x\" | \"yz\")?");
   EXPECT_TRUE(matches(c, "a1"));
