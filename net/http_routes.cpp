@@ -67,4 +67,18 @@ std::string percent_decoded(std::string_view s) {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> query_params(std::string_view query) {
+  std::vector<std::pair<std::string, std::string>> out;
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    out.emplace_back(percent_decoded(pair.substr(0, eq)),
+                     eq == std::string_view::npos ? std::string() : percent_decoded(pair.substr(eq + 1)));
+  }
+  return out;
+}
+
 }  // namespace troupe::net

@@ -4,6 +4,8 @@
 // The session (http_session.cpp) routes by them and refuses by them before a body is read.
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace troupe::net {
 
@@ -25,5 +27,9 @@ const char* endpoint_of(std::string_view path);
 
 // A path segment with its %XX escapes decoded (a malformed escape is kept as it is).
 std::string percent_decoded(std::string_view s);
+
+// A query string's parameters ("a=1&b%5B%5D=x" -> a: 1, b[]: x), in order, names and values
+// decoded; a parameter without '=' has the value ""; empty ones ("a=1&&b=2") are left out.
+std::vector<std::pair<std::string, std::string>> query_params(std::string_view query);
 
 }  // namespace troupe::net

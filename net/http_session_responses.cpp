@@ -33,15 +33,8 @@ const char* unserved_route(std::string_view rest) {
 // GET /v1/responses/{id}'s query: the stored response is returned whole, as answered, so
 // `stream=true` (a replay of its events) and `include` are not served; the 400 names them.
 std::optional<api_error> retrieve_query_error(std::string_view query) {
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    const size_t eq = pair.find('=');
-    const std::string k = percent_decoded(pair.substr(0, eq));
-    const std::string v = eq == std::string_view::npos ? std::string() : percent_decoded(pair.substr(eq + 1));
+  for (const auto& [k, v] : query_params(query)) {
     if (k == "stream" && v == "false") continue;
-    if (k.empty() && v.empty()) continue;
     return bad_request("query parameter '" + k +
                            "' is not served on GET /v1/responses/{id}: the stored response is returned whole, as "
                            "it was answered",

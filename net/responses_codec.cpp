@@ -436,13 +436,7 @@ parsed_item_list input_items_json(const std::string& response_id, const std::vec
   bool ascending = false;  // OpenAI's default order: the last input item first
   size_t limit = 20;
   std::string after;
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    const size_t eq = pair.find('=');
-    const std::string k = percent_decoded(pair.substr(0, eq));
-    const std::string v = eq == std::string_view::npos ? std::string() : percent_decoded(pair.substr(eq + 1));
+  for (const auto& [k, v] : query_params(query)) {
     size_t n = 0;
     const bool number = std::from_chars(v.data(), v.data() + v.size(), n).ptr == v.data() + v.size() && !v.empty();
     if (k == "order" && (v == "asc" || v == "desc")) {
@@ -450,13 +444,13 @@ parsed_item_list input_items_json(const std::string& response_id, const std::vec
     } else if (k == "limit" && number && n >= 1 && n <= 100) {
       limit = n;
     } else if (k == "after") {
-      after = std::string(v);
+      after = v;
     } else if (k == "include[]" || k == "include") {
       // What include adds to input items (image URLs, file contents) is not kept here.
       out.error = bad_request("query parameter '" + k + "' is not served: input items are listed as they were given",
                               k, "unsupported_field");
       return out;
-    } else if (!k.empty() || !v.empty()) {
+    } else {
       out.error = bad_request("query parameter '" + k + "' is not valid here: order (asc or desc), limit (1 to 100) and after are",
                               k);
       return out;

@@ -42,3 +42,12 @@ TEST(HttpRoutes, PercentEscapesAreDecodedAndMalformedOnesKept) {
   EXPECT_EQ(percent_decoded("100%"), "100%");
   EXPECT_EQ(percent_decoded("%zz%4"), "%zz%4");
 }
+
+TEST(HttpRoutes, QueryParametersAreSplitAndDecodedInOrder) {
+  using params = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(query_params("order=asc&include%5B%5D=a%2Cb&flag&&limit=%31"),
+            (params{{"order", "asc"}, {"include[]", "a,b"}, {"flag", ""}, {"limit", "1"}}));
+  EXPECT_EQ(query_params(""), params{});
+  EXPECT_EQ(query_params("&"), params{});
+  EXPECT_EQ(query_params("a=1=2"), (params{{"a", "1=2"}}));
+}
