@@ -2,8 +2,8 @@
 // product of 16 tokens x 16 weight rows, then the x16 kernel's float steps (matmul_x16_avx512.cpp)
 // in its order with AVX-512, so the result equals the fast order bit for bit. Only called where
 // amx_support().available; built with -mamx-tile -mamx-int8 and the AVX-512 flags
-// (cmake/TroupeKernelFlags.cmake). NOT RUN YET: written and built on a CPU without AMX; its
-// arithmetic is tested through amx_emulated_kernels(), which follows it step by step.
+// (cmake/TroupeKernelFlags.cmake). Tested against the AVX-512 VNNI kernels bit for bit where the
+// CPU has AMX (tests/model/matmul_amx_test.cpp), and through amx_emulated_kernels() everywhere.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
@@ -43,6 +43,9 @@ void configure(int n_tok, bool halves) {
     c.rows[t] = static_cast<uint8_t>(kbytes / 4);
     c.colsb[t] = 64;
   }
+  // GCC 12 does not treat LDTILECFG's operand as read: without this barrier it drops the stores
+  // of rows and colsb above, and the tiles stay unconfigured (TILEZERO then raises #UD, SIGILL).
+  __asm__ volatile("" : : "r"(&c) : "memory");
   _tile_loadconfig(&c);
 }
 

@@ -68,18 +68,24 @@ acts make_acts(int64_t n_tok, int64_t n_in, uint32_t seed) {
   return a;
 }
 
+// Bytes of one group of 16 rows in pack_weights' x16 layout.
+size_t x16_group_bytes(ggml_type type, int64_t n_in) {
+  const int block = [&] {
+    switch (type) {
+      case ggml_type::q4_0: return d::x16_layout::q4_0_block;
+      case ggml_type::q4_1: return d::x16_layout::q4_1_block;
+      case ggml_type::q8_0: return d::x16_layout::q8_0_block;
+      case ggml_type::q4_k: return d::x16_layout::q4_k_block;
+      default: return d::x16_layout::q6_k_block;
+    }
+  }();
+  return static_cast<size_t>(block) * static_cast<size_t>(n_in / 32);
+}
+
 // The whole matrix in the tile layout, from pack_weights' x16 layout (its first bytes).
 std::vector<uint8_t> amx_pack(const matrix& m, const uint8_t* x16) {
   const int64_t groups = (m.n_out + 15) / 16;
-  const size_t x16_group = [&] {
-    switch (m.type) {
-      case ggml_type::q4_0: return static_cast<size_t>(d::x16_layout::q4_0_block);
-      case ggml_type::q4_1: return static_cast<size_t>(d::x16_layout::q4_1_block);
-      case ggml_type::q8_0: return static_cast<size_t>(d::x16_layout::q8_0_block);
-      case ggml_type::q4_k: return static_cast<size_t>(d::x16_layout::q4_k_block);
-      default: return static_cast<size_t>(d::x16_layout::q6_k_block);
-    }
-  }() * static_cast<size_t>(m.n_in / 32);
+  const size_t x16_group = x16_group_bytes(m.type, m.n_in);
   std::vector<uint8_t> out(d::amx_group_bytes(m.n_in) * static_cast<size_t>(groups));
   for (int64_t g = 0; g < groups; ++g)
     d::amx_pack_group(m.type, x16 + g * x16_group, m.n_in, out.data() + g * d::amx_group_bytes(m.n_in));
@@ -195,6 +201,40 @@ TEST(MatmulAmx, EmulatedTileKernelEqualsTheFastOrderBitForBit) {
           ASSERT_EQ(std::memcmp(&fast[i], &tile[i], sizeof(float)), 0)
               << type_name(static_cast<uint32_t>(type)) << " n_in=" << n_in << " n_out=" << n_out << " n_tok=" << n_tok
               << " token " << i / n_out << " row " << i % n_out << ": " << tile[i] << " vs fast " << fast[i];
+      }
+    }
+  }
+}
+
+// On a CPU with AMX: the tile kernels themselves (TDPBSUD, then the scales with AVX-512) against
+// the AVX-512 VNNI x16 kernels over the same weights, bit for bit, for every type, token counts
+// below, at and above a tile's 16 rows, and row ranges that start and end inside a group. Skipped
+// (saying why) where amx_support() is false.
+TEST(MatmulAmx, TileKernelEqualsTheVnniKernelBitForBit) {
+  if (!amx_support().available) GTEST_SKIP() << amx_path_line();
+  if (!__builtin_cpu_supports("avx512vnni")) GTEST_SKIP() << "no AVX-512 VNNI to compare with";
+  for (auto type : types) {
+    const bool k_quant = type == ggml_type::q4_k || type == ggml_type::q6_k;
+    for (auto [n_in, n_out] : std::vector<std::pair<int64_t, int64_t>>{{k_quant ? 256 : 96, 40}, {k_quant ? 768 : 576, 48}, {256, 3}}) {
+      const auto m = make_matrix(type, n_in, n_out, 21);
+      const packed_weights packed = pack_weights(m.view());
+      ASSERT_TRUE(packed);
+      const auto tiles = amx_pack(m, packed.bytes.get());
+      const d::kernel_weights tw{tiles.data(), d::amx_group_bytes(n_in), n_in};
+      const d::kernel_weights xw{packed.bytes.get(), x16_group_bytes(type, n_in), n_in};
+      for (int64_t n_tok : {1, 2, 7, 16, 17, 40}) {
+        const auto a = make_acts(n_tok, n_in, 31 + static_cast<uint32_t>(n_tok));
+        std::vector<float> vnni(static_cast<size_t>(n_tok * n_out), -2.0f), tile(vnni.size(), -1.0f);
+        const int64_t r0 = n_out > 16 ? 5 : 0, r1 = n_out > 16 ? n_out - 3 : n_out;
+        for (auto [lo, hi] : {std::pair{int64_t{0}, r0}, std::pair{r0, r1}, std::pair{r1, n_out}}) {
+          if (lo == hi) continue;
+          kernel_of(d::avx512vnni_x16_kernels(), type)(xw, a.view, lo, hi, 0, n_tok, vnni.data(), n_out);
+          kernel_of(d::amx_kernels(), type)(tw, a.view, lo, hi, 0, n_tok, tile.data(), n_out);
+        }
+        for (size_t i = 0; i < vnni.size(); ++i)
+          ASSERT_EQ(std::memcmp(&vnni[i], &tile[i], sizeof(float)), 0)
+              << type_name(static_cast<uint32_t>(type)) << " n_in=" << n_in << " n_out=" << n_out << " n_tok=" << n_tok
+              << " token " << i / n_out << " row " << i % n_out << ": " << tile[i] << " vs vnni " << vnni[i];
       }
     }
   }
