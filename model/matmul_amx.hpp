@@ -36,9 +36,13 @@ std::string amx_path_line();
 
 namespace troupe::model::detail {
 
-// Steps with fewer tokens keep the AVX-512 VNNI kernel: one token fills one row of a 16-row tile,
-// and a single sequence's decode is bound by reading the weights, which both paths read once.
-constexpr int64_t k_amx_min_tokens = 2;
+// Steps with fewer tokens keep the AVX-512 VNNI kernel. Measured on a Xeon (model 167, 2 threads,
+// troupe_matmul_bench BM_decode_step_matmuls, the 30 layers' matmuls of one step): AMX against
+// VNNI 1.7x slower at 2 tokens (the tile layout holds twice the bytes: nibbles unpacked), equal
+// at 16, 1.08x faster at 64 and 1.12x at 256. The tiles do 8x VNNI's multiplies per cycle, but
+// each block's product must leave them to be scaled (per-block scales, kept bit for bit), and
+// that scaling is what both paths spend their time on.
+constexpr int64_t k_amx_min_tokens = 32;
 
 // The tile layout of one block of 32 inputs for 16 weight rows, made from the x16 layout (see
 // amx_pack_group): bytes [0, 512) are the B operand of TDPBSUD (8 rows of 64 bytes, row k holding

@@ -118,7 +118,7 @@ void run_matmul(benchmark::State& state, ggml_type type, int64_t n_in, int64_t n
   state.SetLabel(std::string(troupe::model::detail::isa_name(isa)) + (fast && !w->packed.empty() ? ", fast order" : ""));
 }
 
-// One decode step of SmolLM2-135M (n_tok tokens: 1, the 2-8 of a speculative verify step, 16):
+// One decode step of SmolLM2-135M (n_tok tokens: 1, the 2-8 of a speculative verify step, 16, 64; 256 as in a prefill chunk):
 // 30 layers x (q, k, v, o, gate, up, down) in Q4_1, then the Q8_0 output head; 30 distinct
 // layers (~96 MB) so nothing stays cached between steps.
 // multi=1 groups Q/K/V and gate/up into matmul_multi calls (5 dispatches per layer, not 7);
@@ -181,7 +181,7 @@ void BM_decode_step_matmuls(benchmark::State& state) {
   state.counters["tok/s"] = benchmark::Counter(static_cast<double>(n_tok), benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(matmul_isa()) + (state.range(2) != 0 && !head->packed.empty() ? ", fast order" : ", llama.cpp order"));
 }
-BENCHMARK(BM_decode_step_matmuls)->ArgNames({"n_tok", "multi", "fast"})->ArgsProduct({{1, 2, 3, 4, 5, 8, 16}, {0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
+BENCHMARK(BM_decode_step_matmuls)->ArgNames({"n_tok", "multi", "fast"})->ArgsProduct({{1, 2, 3, 4, 5, 8, 16, 64, 256}, {0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
 
 // Hand-off cost of one empty pool.run (what each of a step's ~200 matmuls pays on top).
 void BM_pool_run(benchmark::State& state) {

@@ -118,7 +118,9 @@ TEST(MatmulAmx, DetectionSaysWhyAndAgreesWithCpuid) {
   }
   __builtin_cpu_init();
   // A CPU without AVX-512 has no AMX either (every AMX part has AVX-512).
-  if (!__builtin_cpu_supports("avx512f")) EXPECT_FALSE(s.available);
+  if (!__builtin_cpu_supports("avx512f")) {
+    EXPECT_FALSE(s.available);
+  }
 }
 
 // TDPBSUD's statement on a hand-made case: signed A bytes, unsigned B bytes (200 stays 200, not -56).
