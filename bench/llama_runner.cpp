@@ -85,8 +85,18 @@ llama_figures run_llama(const llama_run& o) {
     f.note = "llama.cpp not built: run scripts/build-llama-cpp.sh to compare";
     return f;
   }
-  const std::string common =
-      env + bench + " -m '" + o.model + "' -t " + std::to_string(o.threads) + " -r " + std::to_string(o.repeats) + " -o csv";
+  // llama.cpp's repacked kernels (its AMX ones among them) die with SIGILL on some AMX machines
+  // (Xeon model 167: TILELOADD): a short probe first, and without repacking when it fails.
+  std::string repack, batched_repack;
+  const std::string probe = env + bench + " -m '" + o.model + "' -t " + std::to_string(o.threads) + " -r 1 -p 16 -n 0 -o csv";
+  if (parse_llama_bench_csv(run_capture(probe + " 2>/dev/null")).empty() &&
+      !parse_llama_bench_csv(run_capture(probe + " --repack 0 2>/dev/null")).empty()) {
+    repack = " --repack 0";
+    batched_repack = " --no-repack";
+    f.note = "llama.cpp ran with --repack 0 (its repacked kernels crashed on this CPU)";
+  }
+  const std::string common = env + bench + " -m '" + o.model + "' -t " + std::to_string(o.threads) + " -r " +
+                             std::to_string(o.repeats) + " -o csv" + repack;
   // pp<prefill_tokens>, pp<long_tokens> and tg<decode_tokens>, each on an empty context.
   std::string p = std::to_string(o.prefill_tokens);
   if (o.long_tokens > 0 && o.long_tokens != o.prefill_tokens) p += "," + std::to_string(o.long_tokens);
@@ -110,7 +120,7 @@ llama_figures run_llama(const llama_run& o) {
   std::fprintf(stderr, "running llama-batched-bench (%d prompt + %d generated, B = %s) ...\n", o.batch_prompt, o.batch_gen,
                npl.c_str());
   const auto out = run_capture(env + o.llama_bin + "/llama-batched-bench -m '" + o.model + "' -t " + std::to_string(o.threads) +
-                    " -tb " + std::to_string(o.threads) + " -c " + std::to_string(ctx) + " -b 2048 -ub 512 -npp " +
+                    " -tb " + std::to_string(o.threads) + batched_repack + " -c " + std::to_string(ctx) + " -b 2048 -ub 512 -npp " +
                     std::to_string(o.batch_prompt) + " -ntg " + std::to_string(o.batch_gen) + " -npl " + npl + " 2>/dev/null");
   // Table rows: |  PP |  TG |  B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
   std::regex row(R"(^\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|\s*([\d.]+)\s*\|)");
@@ -121,7 +131,7 @@ llama_figures run_llama(const llama_run& o) {
     if (std::regex_search(line, m, row)) f.batched.emplace_back(std::stoi(m[3]), std::stod(m[8]));
   }
   if (f.pp.tps == 0 || f.tg.tps == 0 || f.batched.empty() || (o.long_tokens > 0 && (f.long_pp.tps == 0 || f.long_tg.tps == 0)))
-    f.note = "could not read some llama.cpp figures";
+    f.note += (f.note.empty() ? "" : "; ") + std::string("could not read some llama.cpp figures");
   return f;
 }
 

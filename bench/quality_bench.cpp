@@ -106,7 +106,8 @@ quality_figures measure_quality(const model::loaded_model& lm, const std::string
     q.rows.emplace_back(p.name, acc.summary());
   }
   q.notes.push_back(model::amx_support().available
-                        ? "the fast order's rows are the AMX tile path's (prompts of 2 or more rows multiply with tiles here)"
+                        ? "the fast order's rows are the AMX tile path's (prompt chunks of " +
+                              std::to_string(model::detail::k_amx_min_tokens) + " or more rows multiply with tiles here)"
                         : "no AMX row: " + model::amx_path_line());
   q.notes.push_back(
       "speculative decoding: no row, it changes no distribution (greedy outputs token for token identical to off; "
