@@ -5,6 +5,7 @@
 // GCC 12 warns that the intrinsics' own _mm512_undefined_* pass-through may be used
 // uninitialized when a kernel inlines 8 tiles (a false positive: unmasked forms ignore it).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -17,7 +18,22 @@ namespace troupe::model::detail {
 namespace {
 
 constexpr int k_ahead = 8;  // blocks of weights fetched ahead of the one in use
-constexpr int k_min_fetch_toks = 4;  // smallest tile that prefetches
+constexpr int k_min_fetch_toks = 4;  // smallest tile that prefetches k_ahead blocks ahead
+
+// Tiles of fewer tokens stream the weights as fast as memory gives them. On AMD's Zen 4 / 5 the
+// hardware prefetcher keeps up with them and software prefetch measured slower (bench/README.md);
+// on an Intel Xeon (model 167, 2026-12-06) fetching 32 blocks ahead made single-sequence decode
+// 1.08-1.16x faster (`troupe bench engine --batches 1`, 64-66% -> 70-75% of the streaming read).
+// So: 32 blocks ahead on Intel CPUs, none elsewhere. Decided once per process.
+int small_tile_ahead() {
+  static const int ahead = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    const bool intel = b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "GenuineIntel"
+    return intel ? 32 : 0;
+  }();
+  return ahead;
+}
 constexpr int k_x16_toks = 16;  // tokens per tile (16 measured ~8% faster than 8 on Zen 4; the compiler keeps it in registers)
 
 inline __m512 load_fp16x16(const uint8_t* p) {
@@ -95,7 +111,7 @@ struct q6_k_x16 {
 // block (exact), times d_w * d_x, plus (Q4_1) m_w * s_x, accumulated block by block in that
 // order. The arithmetic of one (row, token) never depends on T or on the other rows.
 template <class L, int T>
-void x16_tile(const uint8_t* group, const q8_acts& x, int64_t t, bool fetch, __m512 (&acc)[T]) {
+void x16_tile(const uint8_t* group, const q8_acts& x, int64_t t, int ahead, __m512 (&acc)[T]) {
   const int32_t* xq[T];
   const float* xd[T];
   const float* xs[T];
@@ -108,11 +124,10 @@ void x16_tile(const uint8_t* group, const q8_acts& x, int64_t t, bool fetch, __m
     acc[j] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < x.nb; ++b, group += L::kBlockBytes) {
-    // The packed groups lie one after another: fetch k_ahead blocks ahead, into the next group,
-    // when a tile computes long enough per block for the hardware prefetcher to fall behind
-    // (few tokens stream the weights as fast as memory gives them, and need no help).
-    if (T >= k_min_fetch_toks && fetch)
-      for (int o = 0; o < L::kBlockBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(group) + k_ahead * L::kBlockBytes + o, _MM_HINT_T0);
+    // The packed groups lie one after another: fetch `ahead` blocks ahead, into the next group
+    // (fetch_ahead: how far).
+    if (ahead)
+      for (int o = 0; o < L::kBlockBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(group) + ahead * L::kBlockBytes + o, _MM_HINT_T0);
     __m512i q[8];
     __m512 d, m = _mm512_setzero_ps();
     L::load(group, q, d, m);
@@ -142,11 +157,20 @@ void x16_tile(const uint8_t* group, const q8_acts& x, int64_t t, bool fetch, __m
   }
 }
 
+// Blocks a tile fetches ahead (0: none): only the group's first tile (the others find the weights
+// in cache), k_ahead when it computes long enough per block for the hardware prefetcher to fall
+// behind, small_tile_ahead() below that.
+template <int T>
+int fetch_ahead(bool first_tile) {
+  if (!first_tile) return 0;
+  return T >= k_min_fetch_toks ? k_ahead : small_tile_ahead();
+}
+
 template <class L, int T>
 void x16_store(const uint8_t* group, const q8_acts& x, int64_t t, bool fetch, __mmask16 rows, float* y,
                int64_t y_stride) {
   __m512 acc[T];
-  x16_tile<L, T>(group, x, t, fetch, acc);
+  x16_tile<L, T>(group, x, t, fetch_ahead<T>(fetch), acc);
   for (int j = 0; j < T; ++j) _mm512_mask_storeu_ps(y + (t + j) * y_stride, rows, acc[j]);
 }
 
