@@ -228,6 +228,18 @@ void read_input(reader& r, message_list& msgs, std::vector<std::string>& items) 
     return;
   }
   size_t i = 0;
+  // The input's function calls not yet answered by a function_call_output item: the turn that
+  // follows them (a message) or the input's end must not come first (OpenAI: "No tool output
+  // found for function call ..."). Calls of the response named by previous_response_id are
+  // checked with the whole conversation, in the chat form (admission's tool prompt).
+  std::vector<std::pair<std::string, std::string>> open;  // call_id, the item it came in
+  auto unanswered = [&](const std::string& before) {
+    std::string ids;
+    for (const auto& [id, where] : open) ids += (ids.empty() ? "" : ", ") + id + " (" + where + ")";
+    r.err = bad_request("No tool output found for function call " + ids + ": each function_call item needs a " +
+                            "function_call_output item with its call_id " + before,
+                        "input");
+  };
   for (dom::element item : dom::array(*in)) {
     const std::string at = "input[" + std::to_string(i++) + "]";
     if (!item.is_object()) {
@@ -240,7 +252,18 @@ void read_input(reader& r, message_list& msgs, std::vector<std::string>& items) 
       r.err = ir.err;
       return;
     }
+    std::string_view type, call_id;
+    if (item["type"].get(type) != simdjson::SUCCESS) type = "message";
+    if (item["call_id"].get(call_id) != simdjson::SUCCESS) call_id = {};
+    if (type == "function_call") {
+      open.emplace_back(std::string(call_id), at);
+    } else if (type == "function_call_output") {
+      open.erase(std::remove_if(open.begin(), open.end(), [&](const auto& c) { return c.first == call_id; }), open.end());
+    } else if (!open.empty()) {
+      return unanswered("before the next message (" + at + ")");
+    }
   }
+  if (!open.empty()) unanswered("before the input ends");
 }
 
 // `tools`: the flat function tools ({type, name, description, parameters, strict}) as chat's

@@ -4,6 +4,56 @@
 
 namespace troupe::actors {
 
+namespace {
+
+std::string joined_ids(const std::vector<std::string>& ids) {
+  std::string s;
+  for (const auto& id : ids) s += (s.empty() ? "'" : ", '") + id + "'";
+  return s;
+}
+
+// OpenAI's rule for a conversation with tool calls: an assistant message with tool_calls is
+// followed by tool messages answering each of its calls (by tool_call_id), and a tool message
+// answers a call of the assistant message before it. A history that breaks it is refused, as
+// OpenAI refuses it, rather than rendered as a turn the model never had. Returns what is wrong,
+// or nothing. (Llama 3's format has no call ids: there a tool message without one answers the
+// next unanswered call.)
+std::string unanswered_or_stray_results(const std::vector<chat_message>& messages, structured::tool_format f) {
+  std::vector<std::string> calls, open;  // the last assistant turn's call ids; those unanswered
+  auto unanswered = [&](size_t at) {
+    return "an assistant message with tool_calls must be followed by tool messages answering each call: " +
+           joined_ids(open) + " (tool_call_id) not answered" +
+           (at < messages.size() ? " before messages[" + std::to_string(at) + "]" : std::string(" at the end of 'messages'"));
+  };
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& m = messages[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (m.role == "tool") {
+      if (m.tool_call_id.empty() && f != structured::tool_format::llama3)
+        return "'" + at + ".tool_call_id' is required in a tool message";
+      if (calls.empty())
+        return "'" + at + "' is a tool message, but no assistant message with tool_calls comes before it";
+      if (m.tool_call_id.empty() && f == structured::tool_format::llama3) {
+        if (!open.empty()) open.erase(open.begin());
+        continue;
+      }
+      auto it = std::find(open.begin(), open.end(), m.tool_call_id);
+      if (it == open.end())
+        return "'" + at + ".tool_call_id' \"" + m.tool_call_id + "\" answers no unanswered call of the assistant " +
+               "message before it (its tool_calls: " + joined_ids(calls) + ")";
+      open.erase(it);
+      continue;
+    }
+    if (!open.empty()) return unanswered(i);
+    calls.clear();
+    for (const auto& c : m.tool_calls) calls.push_back(c.id);
+    open = calls;
+  }
+  return open.empty() ? std::string() : unanswered(messages.size());
+}
+
+}  // namespace
+
 result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_format f) {
   tool_prompt out;
   const bool offered = offers_tools(spec);
@@ -45,6 +95,8 @@ result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_
     return make_error("'tool_choice' must be \"auto\", \"none\", \"required\" or a function, not \"" + spec.tool_choice + "\"");
   }
 
+  if (auto bad = unanswered_or_stray_results(spec.messages, f); !bad.empty()) return make_error(bad);
+
   bool system_done = false;
   const std::string offer = offered ? structured::tools_prompt(f, defs) : std::string();
   for (size_t i = 0; i < spec.messages.size(); ++i) {
@@ -52,8 +104,6 @@ result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_
     const std::string at = "messages[" + std::to_string(i) + "]";
     chat_message c;
     if (m.role == "tool") {
-      if (m.tool_call_id.empty() && f != structured::tool_format::llama3)
-        return make_error("'" + at + ".tool_call_id' is required in a tool message");
       c.role = structured::tool_result_role(f);
       c.content = structured::tool_result_text(f, m.content);
       // Consecutive tool results are one turn, as the templates write them.

@@ -218,3 +218,27 @@ TEST(responses_codec, input_items_are_listed_newest_first_with_ids) {
   EXPECT_EQ(s.request->input_items[0],
             R"({"type":"message","role":"user","status":"completed","content":[{"type":"input_text","text":"hi"}]})");
 }
+
+// A function_call item is answered by a function_call_output item before the next message and
+// before the input ends (OpenAI: "No tool output found for function call ..."); the calls of one
+// turn may be answered in any order.
+TEST(responses_codec, every_function_call_item_is_answered) {
+  const std::string call1 = R"({"type":"function_call","call_id":"c1","name":"f","arguments":"{}"})";
+  const std::string call2 = R"({"type":"function_call","call_id":"c2","name":"f","arguments":"{}"})";
+  auto out = [](const char* id) {
+    return std::string(R"({"type":"function_call_output","call_id":")") + id + R"(","output":"r"})";
+  };
+  const std::string user = R"({"role":"user","content":"go on"})";
+  EXPECT_TRUE(parse(R"({"input":[)" + call1 + "," + call2 + "," + out("c2") + "," + out("c1") + "," + user + "]}").request);
+  auto before_message = parse(R"({"input":[)" + call1 + "," + call2 + "," + out("c1") + "," + user + "]}");
+  ASSERT_FALSE(before_message.request);
+  EXPECT_EQ(before_message.error.param, "input");
+  EXPECT_NE(before_message.error.message.find("No tool output found for function call c2 (input[1])"), std::string::npos)
+      << before_message.error.message;
+  EXPECT_NE(before_message.error.message.find("before the next message (input[3])"), std::string::npos)
+      << before_message.error.message;
+  auto at_end = parse(R"({"input":[)" + user + "," + call1 + "]}");
+  ASSERT_FALSE(at_end.request);
+  EXPECT_NE(at_end.error.message.find("c1 (input[1])"), std::string::npos) << at_end.error.message;
+  EXPECT_NE(at_end.error.message.find("before the input ends"), std::string::npos) << at_end.error.message;
+}

@@ -182,3 +182,39 @@ TEST(ToolPrompt, ErrorsNameTheProblem) {
   ASSERT_FALSE(h);
   EXPECT_NE(h.error().find("'tools'"), std::string::npos);
 }
+
+// OpenAI's rule: each call of an assistant turn is answered by a tool message before the
+// conversation goes on, and a tool message answers a call of the turn before it.
+TEST(ToolPrompt, EveryCallIsAnsweredAndEveryResultAnswersACall) {
+  auto with = [](std::vector<chat_message> tail) {
+    auto s = weather_request();
+    for (auto& m : tail) s.messages.push_back(std::move(m));
+    return make_tool_prompt(s, structured::tool_format::hermes);
+  };
+  const chat_message two_calls{"assistant", "", {{"a", "get_weather", "{}"}, {"b", "get_weather", "{}"}}, {}, {}};
+  // Answered in any order: accepted.
+  EXPECT_TRUE(with({two_calls, {"tool", "2", {}, "b", {}}, {"tool", "1", {}, "a", {}}, {"user", "thanks", {}, {}, {}}}));
+  // One call left unanswered before the next user turn, or at the end.
+  auto e = with({two_calls, {"tool", "1", {}, "a", {}}, {"user", "and?", {}, {}, {}}});
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().find("'b' (tool_call_id) not answered before messages[4]"), std::string::npos) << e.error();
+  e = with({two_calls});
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().find("'a', 'b' (tool_call_id) not answered at the end"), std::string::npos) << e.error();
+  // A result for a call that was never made, answered twice, or with no call before it.
+  e = with({two_calls, {"tool", "1", {}, "c", {}}});
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().find("'messages[3].tool_call_id' \"c\" answers no unanswered call"), std::string::npos) << e.error();
+  EXPECT_NE(e.error().find("(its tool_calls: 'a', 'b')"), std::string::npos) << e.error();
+  e = with({two_calls, {"tool", "1", {}, "a", {}}, {"tool", "1", {}, "a", {}}});
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().find("\"a\" answers no unanswered call"), std::string::npos) << e.error();
+  e = with({{"tool", "1", {}, "a", {}}});
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().find("no assistant message with tool_calls comes before it"), std::string::npos) << e.error();
+  // Llama 3's format has no call ids: a result without one answers the next call.
+  auto s = weather_request();
+  s.messages.push_back({"assistant", "", {{"a", "get_weather", "{}"}}, {}, {}});
+  s.messages.push_back({"tool", "1", {}, "", {}});
+  EXPECT_TRUE(make_tool_prompt(s, structured::tool_format::llama3));
+}
