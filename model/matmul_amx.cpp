@@ -77,17 +77,6 @@ std::string amx_path_line() {
 
 namespace troupe::model::detail {
 
-bool amx_traits(ggml_type type, amx_type_traits* out) {
-  switch (type) {
-    case ggml_type::q4_0: *out = {8, false, false}; return true;
-    case ggml_type::q4_1: *out = {0, true, false}; return true;
-    case ggml_type::q8_0: *out = {128, false, false}; return true;
-    case ggml_type::q4_k: *out = {0, true, false}; return true;
-    case ggml_type::q6_k: *out = {32, false, true}; return true;
-    default: return false;
-  }
-}
-
 size_t amx_group_bytes(int64_t n_in) { return static_cast<size_t>(amx_layout::block) * static_cast<size_t>(n_in / 32); }
 
 void amx_pack_group(ggml_type type, const uint8_t* src, int64_t n_in, uint8_t* dst) {
@@ -152,8 +141,7 @@ namespace {
 template <ggml_type Type>
 void emulated_kernel(const kernel_weights& w, const q8_acts& x, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
                      float* y, int64_t y_stride) {
-  amx_type_traits tr;
-  amx_traits(Type, &tr);
+  constexpr amx_type_traits tr = *amx_traits(Type);
   for (int64_t g = r0 / 16; g * 16 < r1; ++g) {
     const int64_t lo = std::max<int64_t>(r0 - g * 16, 0), hi = std::min<int64_t>(r1 - g * 16, 16);
     for (int64_t t = t0; t < t1; t += 16) {

@@ -9,6 +9,7 @@
 // amx_support() says the CPU, the OS and Linux's permission allow it.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "model/detail/matmul_kernels.hpp"
@@ -61,8 +62,17 @@ struct amx_type_traits {
   bool has_min = false;
   bool halves = false;
 };
-// False for a type without a fast-order kernel (see pack_weights).
-bool amx_traits(ggml_type type, amx_type_traits* out);
+// Nothing for a type without a fast-order kernel (see pack_weights).
+constexpr std::optional<amx_type_traits> amx_traits(ggml_type type) {
+  switch (type) {
+    case ggml_type::q4_0: return amx_type_traits{8, false, false};
+    case ggml_type::q4_1: return amx_type_traits{0, true, false};
+    case ggml_type::q8_0: return amx_type_traits{128, false, false};
+    case ggml_type::q4_k: return amx_type_traits{0, true, false};
+    case ggml_type::q6_k: return amx_type_traits{32, false, true};
+    default: return std::nullopt;
+  }
+}
 
 // Bytes of one group of 16 rows (n_in / 32 blocks).
 size_t amx_group_bytes(int64_t n_in);

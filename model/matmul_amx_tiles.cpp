@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <array>
-#include <utility>
 #include <cstring>
+#include <utility>
 
 #include "model/matmul_amx.hpp"
 
@@ -99,14 +99,29 @@ inline void pair_store(int n, c_buffer* out) {
   _tile_stored(3, out[3], 64);
 }
 
-// amx_traits() as constants, so that the scaling below carries no test of the type.
-constexpr amx_type_traits tile_traits(ggml_type type) {
-  switch (type) {
-    case ggml_type::q4_0: return {8, false, false};
-    case ggml_type::q4_1: return {0, true, false};
-    case ggml_type::q8_0: return {128, false, false};
-    case ggml_type::q4_k: return {0, true, false};
-    default: return {32, false, true};  // q6_k
+// Block b's products (c; with halves, c the first half's and hi the second's) for tokens
+// [t, t + T), scaled with the x16 kernel's float steps in its order and added to acc.
+template <ggml_type Type, int T>
+inline void scale_block(const uint8_t* blk, const q8_acts& x, int64_t t, int64_t b, const c_buffer& c,
+                        const c_buffer& hi, __m512 (&acc)[T]) {
+  constexpr amx_type_traits tr = *amx_traits(Type);
+  const __m512 d = _mm512_loadu_ps(blk + 512);
+  const __m512 m = _mm512_loadu_ps(blk + 576);
+#pragma GCC unroll 16
+  for (int j = 0; j < T; ++j) {
+    const __m512 dx = _mm512_set1_ps(x.d[(t + j) * x.nb_pad + b]);
+    const int32_t* sum = x.sum16 + 2 * (t + j) * x.nb_pad + 2 * b;
+    if constexpr (tr.halves) {
+      const __m512i lo_s = _mm512_add_epi32(_mm512_load_si512(c[j]), _mm512_set1_epi32(-tr.offset * sum[0]));
+      const __m512i hi_s = _mm512_add_epi32(_mm512_load_si512(hi[j]), _mm512_set1_epi32(-tr.offset * sum[1]));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo_s), _mm512_mul_ps(d, dx), acc[j]);
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi_s), _mm512_mul_ps(m, dx), acc[j]);
+      continue;
+    }
+    __m512i s = _mm512_load_si512(c[j]);
+    if constexpr (tr.offset != 0) s = _mm512_add_epi32(s, _mm512_set1_epi32(-tr.offset * (sum[0] + sum[1])));
+    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, dx), acc[j]);
+    if constexpr (tr.has_min) acc[j] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.s[(t + j) * x.nb_pad + b]), acc[j]);
   }
 }
 
@@ -140,24 +155,12 @@ TROUPE_AMX_SLOT(3, 6, 7)
 template <ggml_type Type, int T, int P>
 inline void rotation_step(const uint8_t* group, const q8_acts& x, int64_t t, int64_t b, const int8_t* a_t,
                           c_buffer (&buf)[4], __m512 (&acc)[T]) {
-  constexpr amx_type_traits tr = tile_traits(Type);
   if (b + 2 < x.nb) product1<(P + 2) % 4>(a_t + 32 * (b + 2), x.qs_stride, group + (b + 2) * amx_layout::block);
   if (b + 1 < x.nb) store1<(P + 1) % 4>(buf[(P + 1) % 4]);
   // Block b + 8, fetched now: tile loads wait for every line, and the hardware prefetcher does
   // not run ahead of them.
   for (int o = 0; o < amx_layout::block; o += 64) _mm_prefetch(reinterpret_cast<const char*>(group + (b + 8) * amx_layout::block) + o, _MM_HINT_T0);
-  const uint8_t* blk = group + b * amx_layout::block;
-  const __m512 d = _mm512_loadu_ps(blk + 512);
-  const __m512 m = _mm512_loadu_ps(blk + 576);
-#pragma GCC unroll 16
-  for (int j = 0; j < T; ++j) {
-    const __m512 dx = _mm512_set1_ps(x.d[(t + j) * x.nb_pad + b]);
-    const int32_t* sum = x.sum16 + 2 * (t + j) * x.nb_pad + 2 * b;
-    __m512i s = _mm512_load_si512(buf[P][j]);
-    if constexpr (tr.offset != 0) s = _mm512_add_epi32(s, _mm512_set1_epi32(-tr.offset * (sum[0] + sum[1])));
-    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, dx), acc[j]);
-    if constexpr (tr.has_min) acc[j] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.s[(t + j) * x.nb_pad + b]), acc[j]);
-  }
+  scale_block<Type, T>(group + b * amx_layout::block, x, t, b, buf[P], buf[P], acc);
 }
 
 template <ggml_type Type, int T>
@@ -182,7 +185,6 @@ void amx_rotation(const uint8_t* group, const q8_acts& x, int64_t t, __mmask16 r
 // Q6_K: 16 rows of one group against tokens [t, t + T), two blocks per group of products.
 template <int T>
 void amx_pairs(const uint8_t* group, const q8_acts& x, int64_t t, __mmask16 rows, float* y, int64_t y_stride) {
-  constexpr amx_type_traits tr = tile_traits(ggml_type::q6_k);
   alignas(64) c_buffer c[2][4];  // two groups' products: one scaled, one in flight
   configure(T, true);
   __m512 acc[T];
@@ -200,21 +202,9 @@ void amx_pairs(const uint8_t* group, const q8_acts& x, int64_t t, __mmask16 rows
     const int64_t b1 = b0 + 2;
     const int n1 = b1 < x.nb ? static_cast<int>(std::min<int64_t>(2, x.nb - b1)) : 0;
     if (n1) pair_products(a_t + 32 * b1, x.qs_stride, group + b1 * amx_layout::block, n1);
-    for (int i = 0; i < n; ++i) {
-      const int64_t b = b0 + i;
-      const uint8_t* blk = group + b * amx_layout::block;
-      const __m512 d = _mm512_loadu_ps(blk + 512);
-      const __m512 m = _mm512_loadu_ps(blk + 576);
-#pragma GCC unroll 16
-      for (int j = 0; j < T; ++j) {
-        const __m512 dx = _mm512_set1_ps(x.d[(t + j) * x.nb_pad + b]);
-        const int32_t* sum = x.sum16 + 2 * (t + j) * x.nb_pad + 2 * b;
-        const __m512i lo_s = _mm512_add_epi32(_mm512_load_si512(c[k][2 * i][j]), _mm512_set1_epi32(-tr.offset * sum[0]));
-        const __m512i hi_s = _mm512_add_epi32(_mm512_load_si512(c[k][2 * i + 1][j]), _mm512_set1_epi32(-tr.offset * sum[1]));
-        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo_s), _mm512_mul_ps(d, dx), acc[j]);
-        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi_s), _mm512_mul_ps(m, dx), acc[j]);
-      }
-    }
+    for (int i = 0; i < n; ++i)
+      scale_block<ggml_type::q6_k, T>(group + (b0 + i) * amx_layout::block, x, t, b0 + i, c[k][2 * i], c[k][2 * i + 1],
+                                      acc);
     if (n1) pair_store(n1, c[k ^ 1]);
   }
   for (int j = 0; j < T; ++j) _mm512_mask_storeu_ps(y + (t + j) * y_stride, rows, acc[j]);

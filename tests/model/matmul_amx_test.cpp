@@ -152,8 +152,9 @@ TEST(MatmulAmx, RepackedTilesHoldTheWeights) {
     const packed_weights packed = pack_weights(m.view());
     if (!packed) GTEST_SKIP() << "no fast-order layout on this CPU (" << matmul_isa() << ")";
     const auto tiles = amx_pack(m, packed.bytes.get());
-    d::amx_type_traits tr;
-    ASSERT_TRUE(d::amx_traits(type, &tr));
+    const auto traits = d::amx_traits(type);
+    ASSERT_TRUE(traits);
+    const d::amx_type_traits tr = *traits;
     std::vector<float> want(static_cast<size_t>(n_in));
     for (int64_t o = 0; o < n_out; ++o) {
       dequantize_row(type, m.bytes.data() + o * m.stride, want.data(), n_in);

@@ -6,40 +6,18 @@
 #include <gtest/gtest.h>
 
 #include "actors/request.hpp"
+#include "tests/support/filter_feed.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
+using troupe::test::bytes_of;
+using troupe::test::run_result;
 
 namespace {
 
-struct run_result {
-  std::string text;
-  std::vector<std::string> outs;  // what each piece let out
-  filter_decision end;
-};
-
 run_result feed(const std::vector<std::string>& pieces) {
   auto f = filters::make_repeated_call_guard("<tool_call>", "</tool_call>");
-  run_result r;
-  for (auto p : pieces) {
-    auto d = f->on_text(p);
-    r.text += p;
-    r.outs.push_back(p);
-    if (d.end) {
-      r.end = d;
-      return r;
-    }
-  }
-  std::string held;
-  r.end = f->on_end(held);
-  r.text += held;
-  return r;
-}
-
-std::vector<std::string> bytes_of(const std::string& s) {
-  std::vector<std::string> v;
-  for (char c : s) v.emplace_back(1, c);
-  return v;
+  return test::feed(*f, pieces);
 }
 
 const std::string paris = "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";

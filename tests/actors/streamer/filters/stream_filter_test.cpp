@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 
 #include "actors/streamer/streamer_state.hpp"
+#include "tests/support/filter_feed.hpp"
 
 using namespace troupe;
 using namespace troupe::actors;
+using troupe::test::bytes_of;
+using troupe::test::feed;
 
 namespace {
 
@@ -18,34 +21,6 @@ std::unique_ptr<stream_filter> make(const std::string& name, const option_map& o
   auto m = f.value()(o);
   EXPECT_TRUE(m.ok()) << m.error();
   return m.value()(filter_context{1, "default", 3});
-}
-
-struct run_result {
-  std::string text;
-  filter_decision end;
-};
-
-// Feeds `pieces` one by one, then ends the stream (unless a piece ended it).
-run_result feed(stream_filter& f, const std::vector<std::string>& pieces) {
-  run_result r;
-  for (auto p : pieces) {
-    auto d = f.on_text(p);
-    r.text += p;
-    if (d.end) {
-      r.end = d;
-      return r;
-    }
-  }
-  std::string held;
-  r.end = f.on_end(held);
-  r.text += held;
-  return r;
-}
-
-std::vector<std::string> bytes_of(const std::string& s) {
-  std::vector<std::string> v;
-  for (char c : s) v.emplace_back(1, c);
-  return v;
 }
 
 option_map words(std::vector<std::string> w) { return option_map{{"words", std::move(w)}}; }
