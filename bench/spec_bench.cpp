@@ -46,6 +46,7 @@ struct spec_options {
   std::vector<std::string> methods;  // "off" and these; empty: "off" and every registered proposer
   int repeat = 5;
   std::string draft_model;  // draft: empty = the model itself
+  int k = speculative_config{}.k;  // most tokens proposed in one step
   // The order `troupe serve` runs with its shipped config (config/troupe.toml: model.matmul =
   // "fast"): speculation's gain depends on what a verified position costs, so measure the served
   // engine, not the bit-exact default of the library.
@@ -183,7 +184,8 @@ int run_spec_bench(const spec_options& o) {
     for (auto& n : proposer_registry().names()) methods.push_back(n);
   methods.erase(std::remove(methods.begin(), methods.end(), "off"), methods.end());
   methods.insert(methods.begin(), "off");  // the baseline, always first
-  const speculative_config defaults;
+  speculative_config defaults;
+  defaults.k = o.k;
   std::printf("troupe bench spec: %s, CPU %s, %d backend threads; greedy, up to %d tokens per request, "
               "best of %d rounds; matmul %s; k=%d, ngram %d..%d, max_batch=%d\n",
               o.model.c_str(), cpu_name().c_str(), o.threads, o.tokens, o.repeat, o.matmul.c_str(), defaults.k,
@@ -194,7 +196,8 @@ int run_spec_bench(const spec_options& o) {
     const std::vector<std::string>* prompts;
   };
   const set sets[] = {{"copy", &copy_prompts()}, {"chat", &chat_prompts()}};
-  const int batches[] = {1, o.batch};
+  std::vector<int> batches = {1};
+  if (o.batch != 1) batches.push_back(o.batch);
   int failures = 0;
   std::printf("\n  decode tok/s, agg tok/s, proposed, accepted: the method's fastest round; vs off: the median over\n"
               "  the rounds of its rate over off's rate in the same round, and the lowest and highest of them\n");
@@ -213,6 +216,7 @@ int run_spec_bench(const spec_options& o) {
           pipeline_config cfg;
           cfg.scheduler.max_num_seqs = std::max(16, o.batch);
           cfg.scheduler.speculative.method = methods[mi];
+          cfg.scheduler.speculative.k = o.k;
           cfg.scheduler.speculative.draft_model = o.draft_model.empty() ? o.model : o.draft_model;
           cfg.scheduler.speculative.draft_threads = o.threads;
           cfg.cache.enabled = false;
@@ -269,6 +273,9 @@ app::register_bench reg("spec", "Speculative decoding: each proposer vs off, cop
                           sub.add_option("--batch", o->batch, "Requests at once in the batched runs")->capture_default_str();
                           sub.add_option("--tokens", o->tokens, "Most tokens per request")->capture_default_str();
                           sub.add_option("--matmul", o->matmul, "Quantized matmul order: fast (as served) or llama.cpp")
+                              ->capture_default_str();
+                          sub.add_option("--k", o->k, "Most tokens proposed in one step (speculative.k)")
+                              ->check(CLI::Range(1, 32))
                               ->capture_default_str();
                           sub.add_option("--method", o->methods, "Methods to compare with off (default: every proposer)");
                           sub.add_option("--draft-model", o->draft_model,
