@@ -120,8 +120,8 @@ void completion_assembly::on_token(step& s, size_t i, const actors::token_event&
     return stream_tool_deltas(s, i, ds, logprobs_ ? &lp : nullptr);
   }
   if (logprobs_) {
-    c.held_logprobs.push_back(logprob_entry(*inf_, t));
-    if (!t.text.empty()) lp.swap(c.held_logprobs);  // its text, and any held before, comes out
+    c.held_logprobs.add(logprob_entry(*inf_, t));
+    lp = c.held_logprobs.release(t.text);
   }
   if (!streaming_) {
     c.text += t.text;
@@ -179,17 +179,16 @@ void completion_assembly::on_final(step& s, size_t i, const actors::event& e) {
       s.events.push_back(chunk(cs));
     }
   } else {
-    // The held text that comes out at the end brings its tokens' logprobs; with none (a stop
-    // string cut it), they go with it.
+    // The held text that comes out at the end brings its tokens' logprobs; a stop string that
+    // cut the text inside a token cuts its entry (logprob_cover).
     std::vector<token_logprob_entry> lp;
-    if (!d->text.empty()) lp.swap(c.held_logprobs);
-    c.held_logprobs.clear();
+    if (logprobs_) lp = c.held_logprobs.finish(d->text);
     if (!streaming_) {
       c.text += d->text;
       for (auto& x : lp) c.logprobs.push_back(std::move(x));
     } else {
       ensure_head(s);
-      if (!d->text.empty()) queue_text_chunk(s, i, d->text, lp);
+      if (!d->text.empty() || !lp.empty()) queue_text_chunk(s, i, d->text, lp);
       chunk_spec cs;
       cs.index = static_cast<int32_t>(i);
       cs.finish_reason = d->finish_reason;

@@ -15,6 +15,7 @@
 #include "net/answer_assembly.hpp"
 #include "net/api_error.hpp"
 #include "net/inference.hpp"
+#include "net/logprob_cover.hpp"
 #include "net/openai_codec.hpp"
 #include "structured/tool_calls.hpp"
 
@@ -67,9 +68,9 @@ class completion_assembly : public answer_assembly {
     std::string finish_reason;
     std::vector<token_logprob_entry> logprobs;   // not streamed: every token's
     // Tokens whose text the streamer still holds back (a possible stop string, an unfinished
-    // UTF-8 character): their logprobs go out with that text, or are dropped with it, so that
-    // the logprobs cover exactly the text returned.
-    std::vector<token_logprob_entry> held_logprobs;
+    // UTF-8 character): their logprobs go out with that text, or are cut or dropped with it, so
+    // that the logprobs cover exactly the text returned.
+    logprob_cover held_logprobs;
     int64_t piece_chars = 0;                     // streamed completions: text_offset so far
     actors::usage_info usage;
     // Chat with tools offered: the reply is read for calls (structured/tool_calls.hpp).

@@ -223,6 +223,10 @@ bool http_session::refused_on_header(const request_header& h) {
 
 // Framing, the Host and the Origin, before the body is read (net/request_guard.hpp).
 std::optional<api_error> http_session::check_header(const request_header& h) {
+  for (const auto& [field, name] : {std::pair{http::field::host, "Host"}, {http::field::origin, "Origin"},
+                                    {http::field::content_type, "Content-Type"},
+                                    {http::field::authorization, "Authorization"}})
+    if (auto e = request_guard::check_once(name, h.count(field))) return e;
   const auto te = h[http::field::transfer_encoding];
   if (auto e = request_guard::check_transfer_encoding(std::string_view(te.data(), te.size()))) return e;
   const auto host = h[http::field::host];
@@ -321,6 +325,18 @@ void http_session::handle(request&& req) {
     if (cors_origin_.empty() && allowed_methods(path))
       return method_not_allowed(path, " (OPTIONS is for CORS preflights)");
     if (!cors_origin_.empty()) return send(http::status::no_content, {}, nullptr);
+  }
+  if (method == http::verb::post && json_endpoint(path)) {
+    // Every parameter of these goes in the JSON body; one in the query would be ignored.
+    const std::string_view target(req.target().data(), req.target().size());
+    const auto q = target.find('?');
+    const auto params = q == std::string_view::npos ? decltype(query_params({})){} : query_params(target.substr(q + 1));
+    if (!params.empty()) {
+      endpoint_ = json_endpoint(path);
+      return send_error(bad_request("query parameter '" + params.front().first + "' is not read on POST " + path +
+                                        ": the request's parameters go in its JSON body",
+                                    params.front().first, "unsupported_field"));
+    }
   }
   if (path == "/v1/ws") {
     endpoint_ = "ws";

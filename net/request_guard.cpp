@@ -51,10 +51,33 @@ request_guard::request_guard(request_guard_options o) : o_(std::move(o)) {
   any_host_ = contains(o_.allowed_hosts, "*") || (wildcard && o_.allowed_hosts.empty());
 }
 
+std::optional<api_error> request_guard::check_once(std::string_view name, size_t lines) {
+  if (lines <= 1) return std::nullopt;
+  return refused(400,
+                 "the request has " + std::to_string(lines) + " '" + std::string(name) +
+                     "' header lines; send one",
+                 std::string(name), "duplicate_header");
+}
+
 std::optional<api_error> request_guard::check_host(std::string_view host, bool present, unsigned http_version) const {
   if (!present) {
     if (http_version < 11) return std::nullopt;  // HTTP/1.0 had no Host
     return refused(400, "the request has no Host header (HTTP/1.1 requires one)", "Host", "missing_host");
+  }
+  {
+    const std::string_view h = trim(host);
+    const auto close = h.empty() || h.front() != '[' ? std::string_view::npos : h.find(']');
+    const auto colon = h.find(':', close == std::string_view::npos ? 0 : close);
+    std::string_view port = colon == std::string_view::npos ? std::string_view() : h.substr(colon + 1);
+    const bool bad_v6 = !h.empty() && h.front() == '[' && (close == std::string_view::npos ||
+                                                            (close + 1 < h.size() && h[close + 1] != ':'));
+    const bool bad_port =
+        colon != std::string_view::npos &&
+        (port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+         (!port.empty() && std::stoul(std::string(port)) > 65535));
+    if (h.empty() || bad_v6 || bad_port)
+      return refused(400, "the Host header '" + std::string(host.substr(0, 256)) + "' is malformed (name[:port])",
+                     "Host", "bad_host");
   }
   if (any_host_) return std::nullopt;
   const std::string name = host_name_of(host);
@@ -109,7 +132,23 @@ std::optional<api_error> request_guard::check_transfer_encoding(std::string_view
 
 std::optional<api_error> request_guard::check_json_content_type(std::string_view content_type) {
   std::string_view media = content_type.substr(0, content_type.find(';'));
-  if (lower(trim(media)) == "application/json") return std::nullopt;
+  if (lower(trim(media)) == "application/json") {
+    // Parameters: name=value, separated by ';'; only charset matters.
+    for (size_t at = content_type.find(';'); at != std::string_view::npos;) {
+      const auto next = content_type.find(';', at + 1);
+      const std::string_view param = trim(content_type.substr(at + 1, next == std::string_view::npos ? next : next - at - 1));
+      at = next;
+      const auto eq = param.find('=');
+      if (eq == std::string_view::npos || lower(trim(param.substr(0, eq))) != "charset") continue;
+      std::string_view v = trim(param.substr(eq + 1));
+      if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+      if (lower(v) == "utf-8" || lower(v) == "utf8") continue;
+      return refused(415,
+                     "the body must be JSON in UTF-8: Content-Type names charset '" + std::string(v.substr(0, 64)) + "'",
+                     "Content-Type", "unsupported_media_type");
+    }
+    return std::nullopt;
+  }
   return refused(415,
                  content_type.empty()
                      ? std::string("the body must be JSON: send 'Content-Type: application/json'")

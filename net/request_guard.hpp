@@ -25,8 +25,13 @@ class request_guard {
  public:
   explicit request_guard(request_guard_options o);
 
+  // `name`: a header that a request may have once (Host, Origin, Content-Type, Authorization);
+  // `lines`: how many lines of it the request had. More than one is 400 (RFC 9112 3.2 for Host):
+  // a check of the first must not be bypassed by a second that something else reads.
+  static std::optional<api_error> check_once(std::string_view name, size_t lines);
   // `host`: the Host header's value ("name[:port]", "[v6]:port"); `present`: whether the request
-  // had one. HTTP/1.1 requires it (RFC 9112 3.2): missing is 400; a name not allowed is 421.
+  // had one. HTTP/1.1 requires it (RFC 9112 3.2): missing or with a port that is not a number
+  // up to 65535 is 400; a name not allowed is 421.
   std::optional<api_error> check_host(std::string_view host, bool present, unsigned http_version) const;
   // `origin`: the Origin header's value (empty: none, always allowed); `host`: the request's Host
   // (its own origin is allowed by default). 403 naming Origin.
@@ -34,8 +39,9 @@ class request_guard {
   bool origin_allowed(std::string_view origin, std::string_view host) const;
   // `te`: the Transfer-Encoding header (empty: none). 501 for anything but exactly `chunked`.
   static std::optional<api_error> check_transfer_encoding(std::string_view te);
-  // `content_type`: the Content-Type header. 415 unless it is application/json (parameters,
-  // such as charset, allowed).
+  // `content_type`: the Content-Type header. 415 unless it is application/json, with parameters
+  // allowed except a charset other than UTF-8 (JSON's only encoding, RFC 8259 8.1; a body sent
+  // in another would be read wrong).
   static std::optional<api_error> check_json_content_type(std::string_view content_type);
 
  private:

@@ -69,14 +69,14 @@ void responses_assembly::on_token(step& s, const actors::token_event& t) {
   if (tool_parser_) return take_deltas(s, tool_parser_->push(t.text), std::move(lp));
   // Tokens whose text the streamer holds back (a possible stop string, part of a UTF-8
   // character) keep their logprobs until that text comes out, as completion_assembly does.
-  for (auto& e : lp) held_.push_back(std::move(e));
-  if (t.text.empty()) return;
-  take_text(s, t.text, std::exchange(held_, {}));
+  for (auto& e : lp) held_.add(std::move(e));
+  take_text(s, t.text, held_.release(t.text));
 }
 
 // Text of the message, with the logprobs of the tokens that made it.
 void responses_assembly::take_text(step& s, std::string_view text, std::vector<token_logprob_entry> lp) {
-  if (text.empty()) return;
+  // No text may still bring entries: the last one a stop string cut, its kept bytes sent before.
+  if (text.empty() && (lp.empty() || message_index_ < 0)) return;
   open_message(s);
   text_ += text;
   if (!streaming_) {
@@ -162,10 +162,7 @@ void responses_assembly::on_done(step& s, const actors::done_event& d) {
       calls_[j].arguments = parsed[j].arguments;
     }
   } else {
-    std::vector<token_logprob_entry> lp;
-    if (!d.text.empty()) lp.swap(held_);
-    held_.clear();
-    take_text(s, d.text, std::move(lp));
+    take_text(s, d.text, held_.finish(d.text));
   }
   if (message_index_ < 0 && calls_.empty()) open_message(s);
   ended_ = true;

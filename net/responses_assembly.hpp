@@ -15,6 +15,7 @@
 #include "actors/request.hpp"
 #include "net/answer_assembly.hpp"
 #include "net/inference.hpp"
+#include "net/logprob_cover.hpp"
 #include "net/openai_codec.hpp"
 #include "net/responses_codec.hpp"
 #include "structured/tool_calls.hpp"
@@ -88,7 +89,7 @@ class responses_assembly : public answer_assembly {
   std::optional<structured::tool_call_parser> tool_parser_;
   std::string text_;                          // the message's text
   std::vector<token_logprob_entry> logprobs_all_;  // its tokens' logprobs
-  std::vector<token_logprob_entry> held_;     // tokens whose text the streamer still holds back
+  logprob_cover held_;                        // tokens whose text the streamer still holds back
   int32_t message_index_ = -1;                // the message's output_index, once it has one
   std::vector<call_item> calls_;
   int32_t next_index_ = 0;

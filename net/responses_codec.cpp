@@ -459,7 +459,13 @@ parsed_item_list input_items_json(const std::string& response_id, const std::vec
   bool ascending = false;  // OpenAI's default order: the last input item first
   size_t limit = 20;
   std::string after;
+  std::vector<std::string> seen;
   for (const auto& [k, v] : query_params(query)) {
+    if (std::find(seen.begin(), seen.end(), k) != seen.end()) {
+      out.error = bad_request("query parameter '" + k + "' is given twice", k);
+      return out;
+    }
+    seen.push_back(k);
     size_t n = 0;
     const bool number = std::from_chars(v.data(), v.data() + v.size(), n).ptr == v.data() + v.size() && !v.empty();
     if (k == "order" && (v == "asc" || v == "desc")) {
@@ -474,7 +480,9 @@ parsed_item_list input_items_json(const std::string& response_id, const std::vec
                               k, "unsupported_field");
       return out;
     } else {
-      out.error = bad_request("query parameter '" + k + "' is not valid here: order (asc or desc), limit (1 to 100) and after are",
+      out.error = bad_request("query parameter '" + k + "=" + v.substr(0, 64) +
+                                  "' is not valid here: input_items takes order (asc or desc), limit (1 to 100) "
+                                  "and after",
                               k);
       return out;
     }

@@ -67,6 +67,45 @@ def test_oversized_headers_are_431_and_a_post_to_the_websocket_path_is_405(serve
         assert headers["allow"] == "GET", headers  # a WebSocket upgrade is a GET (it read "POST")
 
 
+def raw_request(server, head, body=b""):
+    """Sends one request (head lines without the blank line) and reads its answer."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(head.encode() + b"\r\n\r\n" + body)
+        status, headers, rest = read_response(s)
+        while len(rest) < int(headers.get("content-length", "0")):
+            rest += s.recv(65536)
+        return status, rest
+
+
+def test_checked_headers_come_once_and_json_is_utf8(server):
+    body = b'{"messages":[{"role":"user","content":"Hi"}],"max_tokens":1}'
+    post = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Length: {len(body)}\r\n")
+    # A second Host (Origin, Content-Type, Authorization) would be read by whatever reads the
+    # last one, after the first passed the checks.
+    for extra, name in (("Host: evil.example", "Host"), ("Origin: http://evil.example", "Origin"),
+                        ("Content-Type: text/plain", "Content-Type")):
+        status, answer = raw_request(server, post + "Content-Type: application/json\r\n"
+                                     + ("Origin: http://127.0.0.1\r\n" if name == "Origin" else "") + extra, body)
+        assert status == 400, (name, answer)
+        assert f"'{name}' header lines" in answer.decode(), answer
+    status, answer = raw_request(server, post + "Content-Type: application/json; charset=latin1", body)
+    assert status == 415 and b"charset 'latin1'" in answer, answer
+    status, answer = raw_request(server, post.replace("127.0.0.1", "127.0.0.1:99999x", 1)
+                                 + "Content-Type: application/json", body)
+    assert status == 400 and b"malformed" in answer, answer
+    status, _ = raw_request(server, post + "Content-Type: application/json; charset=UTF-8", body)
+    assert status == 200
+
+
+def test_a_query_on_a_json_endpoint_is_refused_by_name(server):
+    body = b'{"messages":[{"role":"user","content":"Hi"}],"max_tokens":1}'
+    status, answer = raw_request(server, "POST /v1/chat/completions?stream=true HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                 f"Content-Type: application/json\r\nContent-Length: {len(body)}", body)
+    assert status == 400, answer
+    assert b"query parameter 'stream' is not read on POST /v1/chat/completions" in answer, answer
+
+
 def test_options_without_an_origin_is_405_with_the_path_s_own_methods(server):
     # It said "GET, HEAD, POST" for every path; a preflight (with an allowed Origin) is still 204.
     for path, allow in (("/v1/chat/completions", "POST"), ("/health", "GET, HEAD"), ("/v1/ws", "GET")):

@@ -290,6 +290,47 @@ TEST(completion_assembly, logprobs_are_held_with_their_text) {
   EXPECT_EQ(str(e["choices"].at(0)["finish_reason"]), "stop");
 }
 
+// A stop string that starts inside a token: the answer ends with the token's kept bytes, and so
+// does its logprob entry (the pieces add up to the text, streamed or not).
+TEST(completion_assembly, a_stop_string_inside_a_token_cuts_its_logprob_entry) {
+  fake_inference inf;
+  completion_assembly a;
+  auto req = request(false);
+  req.logprobs = true;
+  // " world": the streamer released " wo" and held "rld"; then the stop string "rld!" matched.
+  ASSERT_FALSE(a.begin(req, false, 1, inf));
+  a.feed(0, token(1, "He", -0.125f));
+  a.feed(0, token(4, " wo", -0.5f));
+  a.feed(0, token(7, "", -1.0f));
+  auto whole = a.feed(0, done(actors::finish::stop, ""));
+  ASSERT_TRUE(whole.answer);
+  doc d(*whole.answer);
+  EXPECT_EQ(str(d["choices"].at(0)["text"]), "He wo");
+  simdjson::dom::element lp = d["choices"].at(0)["logprobs"];
+  ASSERT_EQ(size_of(lp["tokens"]), 2u);
+  EXPECT_EQ(str(lp["tokens"].at(1)), " wo");
+  EXPECT_DOUBLE_EQ(double(lp["token_logprobs"].at(1)), -0.5);
+
+  // Streamed: " wo" goes out without an entry; the cut entry rides on the last chunk.
+  req.stream = true;
+  ASSERT_FALSE(a.begin(req, false, 1, inf));
+  a.feed(0, token(1, "He", -0.125f));
+  auto part = a.feed(0, token(4, " wo", -0.5f));
+  ASSERT_EQ(part.events.size(), 1u);
+  doc p(sse_json(part.events[0]));
+  EXPECT_EQ(str(p["choices"].at(0)["text"]), " wo");
+  EXPECT_EQ(size_of(p["choices"].at(0)["logprobs"]["tokens"]), 0u);
+  a.feed(0, token(7, "", -1.0f));
+  auto end = a.feed(0, done(actors::finish::stop, ""));
+  ASSERT_EQ(end.events.size(), 2u);
+  doc e(sse_json(end.events[0]));
+  EXPECT_EQ(str(e["choices"].at(0)["text"]), "");
+  simdjson::dom::element elp = e["choices"].at(0)["logprobs"];
+  ASSERT_EQ(size_of(elp["tokens"]), 1u);
+  EXPECT_EQ(str(elp["tokens"].at(0)), " wo");
+  EXPECT_EQ(int64_t(elp["text_offset"].at(0)), 2);
+}
+
 // Completions' text_offset counts characters (not bytes), from the end of the echoed prompt.
 TEST(completion_assembly, text_offset_counts_characters_after_the_echo) {
   fake_inference inf;

@@ -86,3 +86,35 @@ TEST(request_guard, json_endpoints_need_a_json_content_type) {
     EXPECT_EQ(e->param, "Content-Type");
   }
 }
+
+TEST(request_guard, a_json_body_in_another_charset_is_refused) {
+  EXPECT_FALSE(request_guard::check_json_content_type("application/json; charset=\"UTF-8\""));
+  EXPECT_FALSE(request_guard::check_json_content_type("application/json;charset=utf8; foo=bar"));
+  for (const char* ct : {"application/json; charset=latin1", "application/json; foo=1; charset=\"utf-16\""}) {
+    auto e = request_guard::check_json_content_type(ct);
+    ASSERT_TRUE(e) << ct;
+    EXPECT_EQ(e->status, 415);
+    EXPECT_NE(e->message.find("charset"), std::string::npos) << e->message;
+  }
+}
+
+TEST(request_guard, a_header_that_is_checked_comes_once) {
+  EXPECT_FALSE(request_guard::check_once("Host", 0));
+  EXPECT_FALSE(request_guard::check_once("Host", 1));
+  auto e = request_guard::check_once("Host", 2);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 400);
+  EXPECT_EQ(e->param, "Host");
+  EXPECT_NE(e->message.find("2 'Host' header lines"), std::string::npos) << e->message;
+}
+
+TEST(request_guard, a_malformed_host_is_refused) {
+  auto g = guard("127.0.0.1");
+  for (const char* h : {"127.0.0.1:", "127.0.0.1:65535", "[::1]", "localhost:8080"}) EXPECT_FALSE(g.check_host(h, true, 11)) << h;
+  for (const char* h : {"127.0.0.1:99999x", "127.0.0.1:65536", "127.0.0.1:123456", "[::1", "[::1]x", "  "}) {
+    auto e = g.check_host(h, true, 11);
+    ASSERT_TRUE(e) << h;
+    EXPECT_EQ(e->status, 400) << h;
+    EXPECT_EQ(e->param, "Host");
+  }
+}

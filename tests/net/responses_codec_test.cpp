@@ -206,6 +206,13 @@ TEST(responses_codec, input_items_are_listed_newest_first_with_ids) {
   ASSERT_TRUE(page.json);
   EXPECT_NE(page.json->find(R"("first_id":"item_x-1_1","last_id":"item_x-1_1","has_more":true})"), std::string::npos);
   EXPECT_FALSE(input_items_json("resp_x-1", items, "limit=0").json);
+  EXPECT_NE(input_items_json("resp_x-1", items, "limit=0").error.message.find("'limit=0' is not valid here: input_items "
+                                                                             "takes order (asc or desc), limit (1 to "
+                                                                             "100) and after"),
+            std::string::npos);
+  auto twice = input_items_json("resp_x-1", items, "limit=1&limit=2");
+  EXPECT_FALSE(twice.json);
+  EXPECT_EQ(twice.error.message, "query parameter 'limit' is given twice");
   // Percent-encoded as clients send it; an unknown `after` and `include[]` are refused by name.
   auto encoded = input_items_json("resp_x-1", items, "order=asc&limit=%31&after=item%5Fx-1_0");
   ASSERT_TRUE(encoded.json) << encoded.error.message;

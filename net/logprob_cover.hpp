@@ -1,0 +1,33 @@
+#pragma once
+// Which tokens' logprobs go with a piece of released text. The streamer holds text back (a
+// possible stop string, part of a UTF-8 character) and releases it later, sometimes only part
+// of a token's bytes ("bl" of " blue" while "ue" might start a stop string). A token's logprob
+// entry goes out with the text that completes its bytes, so that at every point the entries
+// sent add up to the text sent; at the end, where a stop string cut the text inside a token, that
+// token's entry goes out with only its kept bytes and tokens wholly past the cut are dropped
+// (docs/protocol.md: the logprobs cover exactly the text returned).
+#include <cstddef>
+#include <deque>
+#include <string_view>
+#include <vector>
+
+#include "net/openai_codec.hpp"
+
+namespace troupe::net {
+
+class logprob_cover {
+ public:
+  // A generated token's entry, in order.
+  void add(token_logprob_entry e) { held_.push_back(std::move(e)); }
+  // The streamer released `text`: the entries whose bytes it completes.
+  std::vector<token_logprob_entry> release(std::string_view text);
+  // The last text of the answer: the entries it completes, and the one it ends inside (cut to
+  // its kept bytes); nothing is held afterwards.
+  std::vector<token_logprob_entry> finish(std::string_view text);
+
+ private:
+  std::deque<token_logprob_entry> held_;
+  size_t uncovered_ = 0;  // bytes released beyond the pieces of the entries given out
+};
+
+}  // namespace troupe::net

@@ -1,0 +1,73 @@
+// net/logprob_cover: a token's logprob entry goes out with the text that completes its bytes,
+// and a stop string's cut inside a token cuts its entry.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "net/logprob_cover.hpp"
+
+using troupe::net::logprob_cover;
+using troupe::net::token_logprob_entry;
+
+namespace {
+
+token_logprob_entry entry(std::string piece, float logprob) { return {std::move(piece), logprob, {}}; }
+
+std::string pieces(const std::vector<token_logprob_entry>& es) {
+  std::string s;
+  for (const auto& e : es) s += e.piece + "|";
+  return s;
+}
+
+}  // namespace
+
+TEST(logprob_cover, entries_go_out_with_the_text_that_completes_them) {
+  logprob_cover c;
+  c.add(entry("He", -0.5f));
+  EXPECT_EQ(pieces(c.release("He")), "He|");
+  // " blue": the streamer releases " bl" and holds "ue" (it might start a stop string).
+  c.add(entry(" blue", -1.0f));
+  EXPECT_EQ(pieces(c.release(" bl")), "");
+  c.add(entry(",", -2.0f));
+  EXPECT_EQ(pieces(c.release("")), "");
+  // No stop string after all: "ue," comes out with the next token's text, and both entries.
+  auto out = c.release("ue,");
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].piece, " blue");
+  EXPECT_FLOAT_EQ(out[0].logprob, -1.0f);
+  EXPECT_EQ(out[1].piece, ",");
+  // Text completing more than one held token at once (a UTF-8 character split over two).
+  c.add(entry("\xC3", -0.25f));
+  EXPECT_EQ(pieces(c.release("")), "");
+  c.add(entry("\xA9!", -0.75f));
+  EXPECT_EQ(pieces(c.release("\xC3\xA9!")), "\xC3|\xA9!|");
+  EXPECT_EQ(pieces(c.finish("")), "");
+}
+
+TEST(logprob_cover, a_cut_inside_a_token_cuts_its_entry) {
+  // Stop string "ue,\n": " bl" was released, then the stop matched; the answer ends in " bl".
+  logprob_cover c;
+  c.add(entry(" blue", -1.0f));
+  EXPECT_EQ(pieces(c.release(" bl")), "");
+  c.add(entry(",", -2.0f));
+  c.add(entry("\n", -3.0f));
+  auto cut = c.finish("");
+  ASSERT_EQ(cut.size(), 1u);
+  EXPECT_EQ(cut[0].piece, " bl");
+  EXPECT_FLOAT_EQ(cut[0].logprob, -1.0f);
+
+  // Stop string "Ber" inside " Berlin": only " " is released, at the end.
+  c.add(entry(" Berlin", -0.5f));
+  EXPECT_EQ(pieces(c.release("")), "");
+  auto ber = c.finish(" ");
+  ASSERT_EQ(ber.size(), 1u);
+  EXPECT_EQ(ber[0].piece, " ");
+
+  // A cut at a token boundary drops the tokens past it whole; nothing is held afterwards.
+  c.add(entry("In", -0.1f));
+  c.add(entry(" the", -0.2f));
+  EXPECT_EQ(pieces(c.release("")), "");
+  EXPECT_EQ(pieces(c.finish("In")), "In|");
+  EXPECT_EQ(pieces(c.finish("")), "");
+}
