@@ -243,6 +243,11 @@ std::optional<api_error> http_session::check_header(const request_header& h) {
       endpoint_ = json_endpoint(path);  // a 415 counts under its endpoint, as a 400 there does
       return e;
     }
+    if (auto e = request_guard::check_body_framed(h.find(http::field::content_length) != h.end(),
+                                                  h.find(http::field::transfer_encoding) != h.end())) {
+      endpoint_ = json_endpoint(path);
+      return e;
+    }
   }
   return std::nullopt;
 }

@@ -2,25 +2,38 @@
 
 namespace troupe::net {
 
+namespace {
+
+bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+}  // namespace
+
 std::vector<token_logprob_entry> logprob_cover::release(std::string_view text) {
-  uncovered_ += text.size();
+  released_ += text;
   std::vector<token_logprob_entry> out;
-  while (!held_.empty() && held_.front().piece.size() <= uncovered_) {
-    uncovered_ -= held_.front().piece.size();
+  while (!held_.empty() && starts_with(released_, held_.front().piece)) {
+    released_.erase(0, held_.front().piece.size());
     out.push_back(std::move(held_.front()));
     held_.pop_front();
+  }
+  // What is left is part of the first held token's bytes (wait for the rest), or text that is
+  // not the tokens' bytes: then everything held goes with it.
+  if (!released_.empty() && (held_.empty() || !starts_with(held_.front().piece, released_))) {
+    for (auto& e : held_) out.push_back(std::move(e));
+    held_.clear();
+    released_.clear();
   }
   return out;
 }
 
 std::vector<token_logprob_entry> logprob_cover::finish(std::string_view text) {
   auto out = release(text);
-  if (uncovered_ > 0 && !held_.empty()) {
-    held_.front().piece.resize(uncovered_);
+  if (!released_.empty()) {  // the text ends inside the first held token
+    held_.front().piece = released_;
     out.push_back(std::move(held_.front()));
   }
   held_.clear();
-  uncovered_ = 0;
+  released_.clear();
   return out;
 }
 

@@ -1,13 +1,15 @@
 #pragma once
 // Which tokens' logprobs go with a piece of released text. The streamer holds text back (a
 // possible stop string, part of a UTF-8 character) and releases it later, sometimes only part
-// of a token's bytes ("bl" of " blue" while "ue" might start a stop string). A token's logprob
-// entry goes out with the text that completes its bytes, so that at every point the entries
-// sent add up to the text sent; at the end, where a stop string cut the text inside a token, that
-// token's entry goes out with only its kept bytes and tokens wholly past the cut are dropped
-// (docs/protocol.md: the logprobs cover exactly the text returned).
-#include <cstddef>
+// of a token's bytes (" bl" of " blue" while "ue" might start a stop string). A token's logprob
+// entry goes out with the text that completes its bytes, so the entries sent add up to the text
+// sent; at the end, where a stop string cut the text inside a token, that token's entry goes out
+// with only its kept bytes and tokens wholly past the cut are dropped (docs/protocol.md: the
+// logprobs cover exactly the text returned). Where the text is not the tokens' bytes (a special
+// token, which writes no text; a leading space the detokenizer drops; U+FFFD for bytes that are
+// not UTF-8), the entries held go out with the text that comes, as they are.
 #include <deque>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -27,7 +29,7 @@ class logprob_cover {
 
  private:
   std::deque<token_logprob_entry> held_;
-  size_t uncovered_ = 0;  // bytes released beyond the pieces of the entries given out
+  std::string released_;  // text released beyond the pieces of the entries given out: the start of held_'s first
 };
 
 }  // namespace troupe::net

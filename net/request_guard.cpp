@@ -130,6 +130,14 @@ std::optional<api_error> request_guard::check_transfer_encoding(std::string_view
   return e;
 }
 
+std::optional<api_error> request_guard::check_body_framed(bool content_length, bool transfer_encoding) {
+  if (content_length || transfer_encoding) return std::nullopt;
+  return refused(411,
+                 "the request's JSON body has no length: send Content-Length (or Transfer-Encoding: chunked) "
+                 "with it",
+                 "Content-Length", "length_required");
+}
+
 std::optional<api_error> request_guard::check_json_content_type(std::string_view content_type) {
   std::string_view media = content_type.substr(0, content_type.find(';'));
   if (lower(trim(media)) == "application/json") {

@@ -39,6 +39,9 @@ class request_guard {
   bool origin_allowed(std::string_view origin, std::string_view host) const;
   // `te`: the Transfer-Encoding header (empty: none). 501 for anything but exactly `chunked`.
   static std::optional<api_error> check_transfer_encoding(std::string_view te);
+  // A JSON endpoint's request without Content-Length or Transfer-Encoding: its body would be read
+  // as empty and its bytes as the next request (RFC 9112 6.3). 411 naming both headers.
+  static std::optional<api_error> check_body_framed(bool content_length, bool transfer_encoding);
   // `content_type`: the Content-Type header. 415 unless it is application/json, with parameters
   // allowed except a charset other than UTF-8 (JSON's only encoding, RFC 8259 8.1; a body sent
   // in another would be read wrong).

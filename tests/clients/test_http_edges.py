@@ -98,6 +98,27 @@ def test_checked_headers_come_once_and_json_is_utf8(server):
     assert status == 200
 
 
+def test_a_json_body_without_its_length_is_411_and_not_read_as_a_request(server):
+    body = b'{"messages":[{"role":"user","content":"Hi"}],"max_tokens":1}'
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Content-Type: application/json\r\n\r\n" + body)
+        status, headers, rest = read_response(s)
+        assert status == 411, (status, rest)
+        assert headers.get("connection", "").lower() == "close", headers
+        while len(rest) < int(headers["content-length"]):
+            rest += s.recv(65536)
+        assert b"Content-Length" in rest, rest
+        # Nothing else comes back: the body's bytes were not read as a second request.
+        tail = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            tail += chunk
+        assert tail == b"", tail
+
+
 def test_a_query_on_a_json_endpoint_is_refused_by_name(server):
     body = b'{"messages":[{"role":"user","content":"Hi"}],"max_tokens":1}'
     status, answer = raw_request(server, "POST /v1/chat/completions?stream=true HTTP/1.1\r\nHost: 127.0.0.1\r\n"

@@ -71,3 +71,25 @@ TEST(logprob_cover, a_cut_inside_a_token_cuts_its_entry) {
   EXPECT_EQ(pieces(c.finish("In")), "In|");
   EXPECT_EQ(pieces(c.finish("")), "");
 }
+
+TEST(logprob_cover, text_that_is_not_the_tokens_bytes_takes_the_held_entries_along) {
+  logprob_cover c;
+  // A special token writes no text; the next token's text brings both entries.
+  c.add(entry("<|im_end|>", -0.5f));
+  EXPECT_EQ(pieces(c.release("")), "");
+  c.add(entry("\n", -1.0f));
+  EXPECT_EQ(pieces(c.release("\n")), "<|im_end|>|\n|");
+  // A leading space the detokenizer dropped.
+  c.add(entry(" Hello", -0.25f));
+  EXPECT_EQ(pieces(c.release("Hello")), " Hello|");
+  // Bytes that are not UTF-8, written as U+FFFD.
+  c.add(entry("\xC3", -0.75f));
+  EXPECT_EQ(pieces(c.release("\xEF\xBF\xBD")), "\xC3|");
+  // And the cover goes on as before afterwards.
+  c.add(entry(" blue", -1.0f));
+  EXPECT_EQ(pieces(c.release(" bl")), "");
+  auto cut = c.finish("");
+  ASSERT_EQ(cut.size(), 1u);
+  EXPECT_EQ(cut[0].piece, " bl");
+}
+

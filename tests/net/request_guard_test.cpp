@@ -118,3 +118,12 @@ TEST(request_guard, a_malformed_host_is_refused) {
     EXPECT_EQ(e->param, "Host");
   }
 }
+
+TEST(request_guard, a_json_body_needs_its_length) {
+  EXPECT_FALSE(request_guard::check_body_framed(true, false));
+  EXPECT_FALSE(request_guard::check_body_framed(false, true));
+  auto e = request_guard::check_body_framed(false, false);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->status, 411);
+  EXPECT_EQ(e->param, "Content-Length");
+}
