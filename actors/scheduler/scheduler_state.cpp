@@ -404,7 +404,7 @@ bool scheduler_state::take_token(seq& s, int32_t token, float logprob, std::vect
   }
   s.tokens.push_back(token);
   ++s.generated;
-  out_.tokens.push_back({s.req.id, token, logprob, std::move(top)});
+  out_.tokens.push_back({s.req.id, token, logprob, std::move(top), figures_of(s)});
   if (s.generated >= s.req.max_tokens) {
     finish(s.req.id, finish::length);
     return false;
@@ -579,11 +579,8 @@ void scheduler_state::expire(int64_t now_us) {
   }
 }
 
-void scheduler_state::finish(uint64_t id, const std::string& reason) {
-  const auto& s = seqs_.at(id);
-  seq_finished f;
-  f.id = id;
-  f.reason = reason;
+seq_figures scheduler_state::figures_of(const seq& s) const {
+  seq_figures f;
   f.usage.prompt_tokens = s.n_prompt - s.req.generated_before;
   f.usage.completion_tokens = s.req.generated_before + s.generated;
   f.usage.cached_prompt_tokens = s.cached_prompt;
@@ -591,6 +588,18 @@ void scheduler_state::finish(uint64_t id, const std::string& reason) {
   f.usage.speculative_accepted = s.spec_accepted;
   f.queue_ms = s.started ? static_cast<double>(s.first_scheduled_us - s.req.arrival_us) / 1000.0 : 0.0;
   f.preemptions = s.preemptions;
+  return f;
+}
+
+void scheduler_state::finish(uint64_t id, const std::string& reason) {
+  const auto& s = seqs_.at(id);
+  const seq_figures fig = figures_of(s);
+  seq_finished f;
+  f.id = id;
+  f.reason = reason;
+  f.usage = fig.usage;
+  f.queue_ms = fig.queue_ms;
+  f.preemptions = fig.preemptions;
   out_.finished.push_back(std::move(f));
   ++st_.finished;
   if (policy_->pads_finished() && s.has_kv && s.ph == phase::running) {

@@ -106,16 +106,31 @@ typename Inspector::result_type inspect(Inspector& f, step_result& x) {
 
 // --- scheduler → streamer ----------------------------------------------------------------
 
+// A sequence's figures so far, as its done event reports them (seq_finished has them at the end).
+// Each token carries them: the streamer ends a stream itself (a stop string, a filter, a cancel,
+// a reader too slow) and then reports the last it saw.
+struct seq_figures {
+  usage_info usage;
+  double queue_ms = 0;
+  int32_t preemptions = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, seq_figures& x) {
+  return f(caf::meta::type_name("seq_figures"), x.usage, x.queue_ms, x.preemptions);
+}
+
 struct token_out {
   uint64_t id = 0;
   int32_t token = -1;
   float logprob = 0;
   std::vector<model::token_logprob> top;
+  seq_figures so_far;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_out& x) {
-  return f(caf::meta::type_name("token_out"), x.id, x.token, x.logprob, x.top);
+  return f(caf::meta::type_name("token_out"), x.id, x.token, x.logprob, x.top, x.so_far);
 }
 
 struct seq_finished {

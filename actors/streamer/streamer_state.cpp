@@ -56,6 +56,7 @@ void streamer_state::token(stream& s, const token_out& t, int64_t now_us) {
   if (!s.filters.empty()) filtered = run_filters(s.filters, ev.text, false);
   s.tokens.push_back(t.token);
   s.logprobs.push_back(t.logprob);
+  if (!s.from_cache) s.so_far = t.so_far;
   if (s.first_token_us == 0) s.first_token_us = now_us;
   s.pending.emplace_back(std::move(ev));
   ++s.pending_tokens;
@@ -63,20 +64,19 @@ void streamer_state::token(stream& s, const token_out& t, int64_t now_us) {
     s.filter_ended = true;
     s.filters.clear();
     if (!s.from_cache) fx_.drop.push_back(s.info.id);
-    end(s, filtered.finish_reason, {}, 0, 0, now_us);
+    end(s, filtered.finish_reason, s.so_far, now_us);
     return;
   }
   if (s.stops.stopped()) {
     // The stop string is found: the scheduler can forget the sequence now.
     if (!s.from_cache) fx_.drop.push_back(s.info.id);
-    end(s, finish::stop, {}, 0, 0, now_us);
+    end(s, finish::stop, s.so_far, now_us);
     return;
   }
   pump(s);
 }
 
-void streamer_state::end(stream& s, const std::string& reason, const usage_info& u, double queue_ms,
-                         int32_t preemptions, int64_t now_us) {
+void streamer_state::end(stream& s, const std::string& reason, const seq_figures& fig, int64_t now_us) {
   if (s.ending) return;
   done_event d;
   d.request_id = s.info.id;
@@ -93,19 +93,29 @@ void streamer_state::end(stream& s, const std::string& reason, const usage_info&
   }
   d.usage.prompt_tokens = s.info.prompt_tokens;
   d.usage.completion_tokens = s.next_index;
-  d.usage.cached_prompt_tokens = u.cached_prompt_tokens;
-  d.usage.speculative_proposed = u.speculative_proposed;
-  d.usage.speculative_accepted = u.speculative_accepted;
-  d.timings.queue_ms = queue_ms;
+  // (A continuation on another replica counts the tokens it was given as prompt.)
+  d.usage.cached_prompt_tokens = std::min(fig.usage.cached_prompt_tokens, s.info.prompt_tokens);
+  d.usage.speculative_proposed = fig.usage.speculative_proposed;
+  d.usage.speculative_accepted = fig.usage.speculative_accepted;
+  d.timings.queue_ms = fig.queue_ms;
   d.timings.ttft_ms = s.first_token_us ? static_cast<double>(s.first_token_us - s.info.arrival_us) / 1000.0 : 0.0;
   d.timings.total_ms = static_cast<double>(now_us - s.info.arrival_us) / 1000.0;
-  d.timings.preemptions = preemptions;
+  d.timings.preemptions = fig.preemptions;
   d.cached = s.from_cache;
   d.similarity = s.from_cache ? s.similarity : 0.0f;
   s.finish_reason = d.finish_reason;
   s.pending.emplace_back(std::move(d));
   s.ending = true;
   pump(s);
+}
+
+void streamer_state::drop_pending(stream& s) {
+  const auto n = static_cast<size_t>(s.pending_tokens);
+  s.next_index -= s.pending_tokens;
+  s.tokens.resize(s.tokens.size() - std::min(n, s.tokens.size()));
+  s.logprobs.resize(s.logprobs.size() - std::min(n, s.logprobs.size()));
+  s.pending.clear();
+  s.pending_tokens = 0;
 }
 
 void streamer_state::pump(stream& s) {
@@ -161,7 +171,7 @@ void streamer_state::on_output(const step_output& o, int64_t now_us) {
     if (auto it = streams_.find(t.id); it != streams_.end()) token(it->second, t, now_us);
   for (const auto& f : o.finished)
     if (auto it = streams_.find(f.id); it != streams_.end())
-      end(it->second, f.reason, f.usage, f.queue_ms, f.preemptions, now_us);
+      end(it->second, f.reason, seq_figures{f.usage, f.queue_ms, f.preemptions}, now_us);
   for (const auto& f : o.failed) fail(f.id, f.code, f.message);
 }
 
@@ -180,7 +190,7 @@ void streamer_state::on_replay(const cache_replay& r, int64_t now_us) {
     token(it->second, t, now_us);
   }
   it = streams_.find(r.id);
-  if (it != streams_.end()) end(it->second, r.finish_reason, {}, 0, 0, now_us);
+  if (it != streams_.end()) end(it->second, r.finish_reason, {}, now_us);
 }
 
 void streamer_state::on_ack(uint64_t id, int32_t n, int64_t) {
@@ -195,15 +205,14 @@ void streamer_state::cancel(uint64_t id, int64_t now_us) {
   if (it == streams_.end()) return;
   auto& s = it->second;
   if (!s.ending && !s.from_cache) fx_.drop.push_back(id);
-  s.pending.clear();
-  s.pending_tokens = 0;
+  drop_pending(s);
   s.ending = false;
   s.finish_reason.clear();
   // Whatever the stream had, it ends as cancelled now; the held-back text is not released.
   s.stops = model::stop_matcher(std::vector<std::string>{});
   s.dec = codec_->decoder();
   s.filters.clear();
-  end(s, finish::cancelled, {}, 0, 0, now_us);
+  end(s, finish::cancelled, s.so_far, now_us);
 }
 
 void streamer_state::consumer_gone(uint64_t id) {
@@ -237,15 +246,14 @@ void streamer_state::end_by_filter(uint64_t id, const std::string& finish_reason
   if (it == streams_.end() || it->second.ending) return;
   auto& s = it->second;
   if (!s.from_cache) fx_.drop.push_back(id);
-  s.pending.clear();  // the filter actor drops what it would have received
-  s.pending_tokens = 0;
+  drop_pending(s);  // the filter actor drops what it would have received
   s.unacked = 0;      // nor are those acknowledged: the done event must not wait for credit
   s.stops = model::stop_matcher(std::vector<std::string>{});
   s.dec = codec_->decoder();
   s.filters.clear();
   s.filter_ended = true;
   s.paused = false;
-  end(s, finish_reason.empty() ? std::string(finish::filtered) : finish_reason, {}, 0, 0, now_us);
+  end(s, finish_reason.empty() ? std::string(finish::filtered) : finish_reason, s.so_far, now_us);
 }
 
 void streamer_state::fail_all(const std::string& code, const std::string& message) {
@@ -262,15 +270,14 @@ void streamer_state::check_slow(uint64_t id, uint64_t serial, int64_t now_us) {
   if (!s.paused || s.pause_serial != serial) return;
   ++st_.slow_consumers;
   if (!s.ending && !s.from_cache) fx_.drop.push_back(id);
-  s.pending.clear();
-  s.pending_tokens = 0;
+  drop_pending(s);
   s.unacked = 0;  // the done event must not wait for credit
   s.ending = false;
   s.stops = model::stop_matcher(std::vector<std::string>{});
   s.dec = codec_->decoder();
   s.filters.clear();
   s.paused = false;
-  end(s, finish::slow_consumer, {}, 0, 0, now_us);
+  end(s, finish::slow_consumer, s.so_far, now_us);
 }
 
 streamer_effects streamer_state::take_effects() {

@@ -96,11 +96,16 @@ class streamer_state {
     std::string finish_reason;
     std::vector<std::unique_ptr<stream_filter>> filters;  // made when it opened
     bool filter_ended = false;         // a filter ended it: nothing held back is released
+    seq_figures so_far;                // the scheduler's figures with its latest token
   };
 
   void token(stream& s, const token_out& t, int64_t now_us);
-  void end(stream& s, const std::string& reason, const usage_info& u, double queue_ms, int32_t preemptions,
-           int64_t now_us);
+  // The done event, with the scheduler's figures (`fig`: its own at the sequence's end, or the
+  // last a token brought when the streamer ends the stream itself).
+  void end(stream& s, const std::string& reason, const seq_figures& fig, int64_t now_us);
+  // Tokens generated but not yet sent are dropped (a cancel, a filter's end, a slow reader): the
+  // completion counts the tokens its reader got.
+  void drop_pending(stream& s);
   void pump(stream& s);
   void close(uint64_t id, bool delivered_error);
   int32_t buffered(const stream& s) const { return s.unacked + s.pending_tokens; }

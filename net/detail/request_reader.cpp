@@ -685,16 +685,14 @@ void read_tools(reader& r, actors::request_spec& s) {
     size_t i = 0;
     for (dom::element t : dom::array(*e)) {
       const std::string here = "tools[" + std::to_string(i++) + "]";
-      if (!t.is_object()) {
-        r.err = bad_request("'" + here + "' must be an object", here);
-        return;
-      }
+      if (!t.is_object()) return void(r.err = bad_request("'" + here + "' must be an object", here));
       reader tr{dom::object(t), std::nullopt, here + "."};
-      known_fields(tr, {"type", "function"});
       std::string type;
       tr.str("type", type);
       if (!tr.err && type != "function")
-        tr.err = bad_request("'" + here + ".type' must be \"function\" (the only tool type served)", here + ".type");
+        tr.err = bad_request("'" + here + ".type' \"" + type + "\" is not served: \"function\" is the only tool type",
+                             here + ".type", "unsupported_field");
+      known_fields(tr, {"type", "function"});
       auto f = tr.get("function");
       if (!tr.err && (!f || !f->is_object()))
         tr.err = bad_request("'" + here + ".function' must be an object with a 'name'", here + ".function");
@@ -743,11 +741,12 @@ void read_tools(reader& r, actors::request_spec& s) {
     s.tool_choice = v;
   } else if (c->is_object()) {
     reader cr{dom::object(*c), std::nullopt, "tool_choice."};
-    known_fields(cr, {"type", "function"});
     std::string type;
     cr.str("type", type);
     if (!cr.err && type != "function")
-      cr.err = bad_request("'tool_choice.type' must be \"function\"", "tool_choice.type");
+      cr.err = bad_request("'tool_choice.type' \"" + type + "\" is not served: it must be \"function\"",
+                           "tool_choice.type", "unsupported_field");
+    known_fields(cr, {"type", "function"});
     auto f = cr.get("function");
     if (!cr.err && (!f || !f->is_object()))
       cr.err = bad_request("'tool_choice.function' must be an object with a 'name'", "tool_choice.function");

@@ -330,6 +330,12 @@ TEST(openai, tools_and_tool_messages_are_parsed) {
   EXPECT_EQ(req((std::string(tool) + R"(,"tool_choice":{"type":"function","function":{"name":"g"}})").c_str()).error.param,
             "tool_choice.function.name");
   EXPECT_EQ(req(R"("tools":[{"type":"code_interpreter"}])").error.param, "tools[0].type");
+  // Another tool type's own fields do not hide what is refused: its type.
+  auto custom = req(R"("tools":[{"type":"custom","custom":{"name":"f"}}])").error;
+  EXPECT_EQ(custom.param, "tools[0].type");
+  EXPECT_EQ(custom.message, "'tools[0].type' \"custom\" is not served: \"function\" is the only tool type");
+  EXPECT_EQ(req((std::string(tool) + R"(,"tool_choice":{"type":"allowed_tools","allowed_tools":{}})").c_str()).error.param,
+            "tool_choice.type");
   EXPECT_EQ(req(R"("tools":[{"type":"function","function":{"name":"bad name"}}])").error.param, "tools[0].function.name");
   EXPECT_EQ(req(R"("tools":[{"type":"function","function":{"name":"f","parameters":"{}"}}])").error.param,
             "tools[0].function.parameters");

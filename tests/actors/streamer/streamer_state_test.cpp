@@ -120,6 +120,44 @@ TEST(streamer_state, stop_string_is_held_back_and_never_leaks) {
   EXPECT_TRUE(s.take_effects().events.empty());
 }
 
+// A stream the streamer ends itself (here a stop string) reports the scheduler's figures that
+// came with its last token: cached prompt tokens, speculation, queue time, preemptions.
+TEST(streamer_state, a_stream_ended_here_keeps_the_scheduler_s_figures) {
+  streamer_state s({}, make_byte_codec());
+  s.open(open_msg(1, {"END"}));
+  step_output o = toks(1, "abEND");
+  for (size_t i = 0; i < o.tokens.size(); ++i) {
+    auto& f = o.tokens[i].so_far;
+    f.usage.cached_prompt_tokens = 3;
+    f.usage.speculative_proposed = 4 + static_cast<int32_t>(i);
+    f.usage.speculative_accepted = 2 + static_cast<int32_t>(i);
+    f.queue_ms = 1.5;
+    f.preemptions = 1;
+  }
+  s.on_output(o, 2000);
+  auto c = collect(s.take_effects());
+  ASSERT_EQ(c.done.size(), 1u);
+  EXPECT_EQ(c.done[0].finish_reason, finish::stop);
+  EXPECT_EQ(c.done[0].usage.completion_tokens, 5);
+  EXPECT_EQ(c.done[0].usage.cached_prompt_tokens, 3);
+  EXPECT_EQ(c.done[0].usage.speculative_proposed, 8);
+  EXPECT_EQ(c.done[0].usage.speculative_accepted, 6);
+  EXPECT_DOUBLE_EQ(c.done[0].timings.queue_ms, 1.5);
+  EXPECT_EQ(c.done[0].timings.preemptions, 1);
+
+  // A cancel too.
+  s.open(open_msg(2));
+  step_output t = toks(2, "ab");
+  for (auto& x : t.tokens) x.so_far.usage.speculative_proposed = 9;
+  s.on_output(t, 3000);
+  s.take_effects();
+  s.cancel(2, 4000);
+  auto cc = collect(s.take_effects());
+  ASSERT_EQ(cc.done.size(), 1u);
+  EXPECT_EQ(cc.done[0].usage.speculative_proposed, 9);
+  EXPECT_EQ(cc.done[0].usage.completion_tokens, 2);
+}
+
 TEST(streamer_state, held_back_text_is_released_at_the_end) {
   streamer_state s({}, make_byte_codec());
   s.open(open_msg(1, {"END"}));
@@ -192,6 +230,11 @@ TEST(streamer_state, slow_consumer_ends_the_stream) {
   auto c = collect(fx);
   ASSERT_EQ(c.done.size(), 1u);
   EXPECT_EQ(c.done[0].finish_reason, finish::slow_consumer);
+  // Two tokens went out before the buffer filled; the two behind them were never sent, and
+  // the completion counts what its reader got.
+  EXPECT_EQ(c.done[0].usage.completion_tokens, 2);
+  ASSERT_EQ(fx.closed.size(), 1u);
+  EXPECT_EQ(fx.closed[0].tokens.size(), 2u);
   ASSERT_EQ(fx.drop.size(), 1u);
   EXPECT_EQ(s.stats().slow_consumers, 1);
   EXPECT_FALSE(s.is_open(1));
