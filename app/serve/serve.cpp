@@ -431,6 +431,18 @@ class pipeline_inference : public net::inference {
       return out;
     }
     auto* minilm = dynamic_cast<const cache::minilm_embedder*>(embedder_.get());
+    // A text longer than the embedder's window would be embedded cut: refused instead, as OpenAI
+    // refuses one over its model's context, before any input is embedded.
+    for (size_t i = 0; i < q.inputs.size(); ++i) {
+      if (embedder_->fits(q.inputs[i])) continue;
+      const std::string at = q.inputs.size() == 1 ? "input" : "input[" + std::to_string(i) + "]";
+      std::string why = "'" + at + "' is longer than " + embedder_->name() + " reads";
+      if (minilm)
+        why = "'" + at + "' is " + std::to_string(minilm->n_tokens(q.inputs[i])) + " tokens long ([CLS] and [SEP] " +
+              "included), over the " + std::to_string(minilm->max_tokens()) + " tokens " + embedder_->name() + " reads";
+      out.error = net::bad_request(why + ": split it into shorter texts", at, "context_length_exceeded");
+      return out;
+    }
     out.value.model = q.model.empty() ? embedder_name_ : q.model;
     out.value.vectors.reserve(q.inputs.size());
     for (size_t i = 0; i < q.inputs.size(); ++i) {
@@ -455,8 +467,7 @@ class pipeline_inference : public net::inference {
         return out;
       }
       out.value.vectors.push_back(std::move(v.value()));
-      // The embedder's own tokens ([CLS] and [SEP] included, cut to its window); other embedders
-      // have none to count.
+      // The embedder's own tokens ([CLS] and [SEP] included); other embedders have none to count.
       if (minilm) out.value.prompt_tokens += static_cast<int64_t>(minilm->token_ids(q.inputs[i]).size());
     }
     return out;

@@ -52,6 +52,8 @@ std::vector<int32_t> minilm_embedder::token_ids(std::string_view text) const {
   return tokenizer_.encode_for_model(text, static_cast<size_t>(max_tokens_));
 }
 
+size_t minilm_embedder::n_tokens(std::string_view text) const { return tokenizer_.encode(text).size() + 2; }
+
 bool minilm_embedder::fits(std::string_view text) const {
   return tokenizer_.encode_for_model(text, static_cast<size_t>(max_tokens_) + 1).size() <= static_cast<size_t>(max_tokens_);
 }

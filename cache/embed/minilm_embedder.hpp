@@ -26,6 +26,9 @@ class minilm_embedder final : public embedder {
 
   // The ids embed() feeds the encoder, for tests and tools.
   std::vector<int32_t> token_ids(std::string_view text) const;
+  // The text's tokens, [CLS] and [SEP] included, however many (embed() reads max_tokens() of them).
+  size_t n_tokens(std::string_view text) const;
+  int max_tokens() const { return max_tokens_; }
 
  private:
   minilm_embedder(wordpiece_tokenizer tok, std::unique_ptr<bert_model> model, int n_threads, int max_tokens,

@@ -338,10 +338,7 @@ void read_logit_bias(reader& r, actors::request_spec& s) {
   if (!e || r.err) return;
   if (!e->is_object()) return r.wrong("logit_bias", "an object of token id -> bias", *e);
   dom::object o(*e);
-  if (o.size() > 1024) {
-    r.err = bad_request("'logit_bias' has more than 1024 entries", "logit_bias");
-    return;
-  }
+  if (o.size() > 1024) return void(r.err = bad_request("'logit_bias' has more than 1024 entries", "logit_bias"));
   for (auto kv : o) {
     const std::string name = "logit_bias." + std::string(kv.key);
     const std::string_view k = kv.key;
@@ -784,7 +781,10 @@ void read_prompt(reader& r, actors::request_spec& s, bool& seen) {
   } else if (e->is_array()) {
     dom::array a(*e);
     if (a.size() != 1 || !a.at(0).is_string()) {
-      r.err = bad_request("'prompt' must be a string (or an array of exactly one string)", "prompt");
+      const bool ids = a.size() > 0 && (a.at(0).is_int64() || a.at(0).is_uint64() || a.at(0).is_array());
+      r.err = bad_request(std::string("'prompt' must be a string (or an array of exactly one string): ") +
+                              (ids ? "token-id prompts are not served" : "a batch of several prompts is not served"),
+                          "prompt", "unsupported_field");
       return;
     }
     s.prompt = std::string(std::string_view(a.at(0)));

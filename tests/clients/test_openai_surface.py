@@ -289,6 +289,17 @@ def test_bad_embedding_requests_are_400_naming_the_field(client, kwargs, param):
     assert e.value.body["param"] == param, e.value.body
 
 
+def test_an_embedding_input_over_the_embedder_s_window_is_refused_not_cut(client):
+    long_text = "The tide came in over the flat grey sand while the gulls argued about the fish. " * 30
+    with pytest.raises(openai.BadRequestError) as e:
+        client.embeddings.create(model=MODEL_NAME, input=["short", long_text])
+    assert e.value.body["param"] == "input[1]", e.value.body
+    assert e.value.body["code"] == "context_length_exceeded", e.value.body
+    assert "over the 256 tokens" in e.value.message, e.value.message
+    # At the window itself it is embedded.
+    assert len(client.embeddings.create(model=MODEL_NAME, input=long_text[:600]).data[0].embedding) == 384
+
+
 def test_an_unknown_embedding_model_is_404(client):
     with pytest.raises(openai.NotFoundError) as e:
         client.embeddings.create(model="text-embedding-3-small", input="x")
