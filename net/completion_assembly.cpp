@@ -60,7 +60,11 @@ std::optional<api_error> completion_assembly::begin(const openai_request& req, b
   max_tokens_field_ = req.max_tokens_field;
   constraint_field_ = req.constraint_field;
   logprobs_ = req.logprobs;
-  echo_ = req.echo ? req.spec.prompt : std::string();
+  echo_.clear();
+  if (req.echo) {
+    echo_ = req.spec.prompt;
+    for (int32_t id : req.spec.prompt_tokens) echo_ += inf.token_piece(id);  // a token-id prompt: its text
+  }
   head_ = completion_result{};
   head_.id = new_completion_id(chat);
   head_.created = created;

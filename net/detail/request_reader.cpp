@@ -193,34 +193,37 @@ struct constraint_slot {
   }
 };
 
+// `e` kept in r (the first error stands); false, for the readers below to return.
+bool failed(reader& r, api_error e) {
+  if (!r.err) r.err = std::move(e);
+  return false;
+}
+
 // A non-empty string field of a constraint object.
 bool constraint_string(reader& r, const dom::element& e, const std::string& name, std::string& out) {
-  if (!e.is_string()) {
-    r.err = bad_request("'" + name + "' must be a string", name);
-    return false;
-  }
+  if (!e.is_string()) return failed(r, bad_request("'" + name + "' must be a string", name));
   out = std::string(std::string_view(e));
-  if (out.empty()) {
-    r.err = bad_request("'" + name + "' must not be empty", name);
-    return false;
-  }
+  if (out.empty()) return failed(r, bad_request("'" + name + "' must not be empty", name));
   return true;
 }
 
 // A choice list: a non-empty array of strings, kept as its JSON text.
 bool constraint_choice(reader& r, const dom::element& e, const std::string& name, std::string& out) {
-  if (!e.is_array() || dom::array(e).size() == 0) {
-    r.err = bad_request("'" + name + "' must be a non-empty array of strings", name);
-    return false;
-  }
-  for (dom::element x : dom::array(e)) {
-    if (!x.is_string()) {
-      r.err = bad_request("'" + name + "' must be a non-empty array of strings", name);
-      return false;
-    }
-  }
+  bool strings = e.is_array() && dom::array(e).size() > 0;
+  for (size_t i = 0; strings && i < dom::array(e).size(); ++i) strings = dom::array(e).at(i).is_string();
+  if (!strings) return failed(r, bad_request("'" + name + "' must be a non-empty array of strings", name));
   out = json_text(e);
   return true;
+}
+
+// Token ids ([1, 2, 3]): each an integer in int32's range (admission checks the vocabulary).
+bool token_ids(dom::array a, std::vector<int32_t>& out) {
+  for (dom::element x : a) {
+    int64_t v = 0;
+    if (x.get(v) != simdjson::SUCCESS || v < 0 || v > std::numeric_limits<int32_t>::max()) return false;
+    out.push_back(static_cast<int32_t>(v));
+  }
+  return !out.empty();
 }
 
 // A JSON schema given as an object (or, as vLLM allows, its JSON text in a string).
@@ -776,23 +779,22 @@ void read_prompt(reader& r, actors::request_spec& s, bool& seen) {
   auto e = r.get("prompt");
   if (!e) return;
   seen = true;
-  if (e->is_string()) {
-    s.prompt = std::string(std::string_view(*e));
-  } else if (e->is_array()) {
-    dom::array a(*e);
-    if (a.size() != 1 || !a.at(0).is_string()) {
-      const bool ids = a.size() > 0 && (a.at(0).is_int64() || a.at(0).is_uint64() || a.at(0).is_array());
-      r.err = bad_request(std::string("'prompt' must be a string (or an array of exactly one string): ") +
-                              (ids ? "token-id prompts are not served" : "a batch of several prompts is not served"),
-                          "prompt", "unsupported_field");
-      return;
-    }
-    s.prompt = std::string(std::string_view(a.at(0)));
-  } else {
-    return r.wrong("prompt", "a string", *e);
+  dom::element p = *e;
+  if (p.is_array() && dom::array(p).size() == 1 && !dom::array(p).at(0).is_number()) p = dom::array(p).at(0);  // [x]
+  if (p.is_string()) {
+    s.prompt = std::string(std::string_view(p));
+  } else if (!p.is_array()) {
+    return r.wrong("prompt", "a string, an array of one string or token ids", *e);
+  } else if (!token_ids(dom::array(p), s.prompt_tokens)) {
+    s.prompt_tokens.clear();
+    const bool batch = dom::array(p).size() > 1 && !dom::array(p).at(0).is_number();
+    r.err = bad_request(batch ? "'prompt' holds several prompts: a batch is not served, send one per request"
+                              : "'prompt' must be a string, an array of one string, or token ids ([ids] or [[ids]]: "
+                                "integers from 0, at least one)",
+                        "prompt", batch ? "unsupported_field" : "invalid_request");
   }
   // Nothing to continue: the model has no start token to generate from (SmolLM2 has no BOS).
-  if (!r.err && s.prompt.empty()) r.err = bad_request("'prompt' must not be empty", "prompt");
+  if (!r.err && s.prompt.empty() && s.prompt_tokens.empty()) r.err = bad_request("'prompt' must not be empty", "prompt");
 }
 
 }  // namespace troupe::net::detail

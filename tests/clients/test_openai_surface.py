@@ -554,6 +554,28 @@ def test_echo(client):
     assert e.value.body["param"] == "echo"
 
 
+def test_a_token_id_prompt_answers_as_its_text_does(client, server):
+    prompt = "Once upon a time"
+    _, tok = post(server, "/tokenize", {"content": prompt, "add_special": False})
+    ids = tok["tokens"]
+    by_text = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=6, temperature=0,
+                                        extra_body={"cache": False})
+    for form in (ids, [ids]):
+        by_ids = client.completions.create(model=MODEL_NAME, prompt=form, max_tokens=6, temperature=0,
+                                           extra_body={"cache": False})
+        assert by_ids.choices[0].text == by_text.choices[0].text
+        assert by_ids.usage.prompt_tokens == len(ids)
+    echoed = client.completions.create(model=MODEL_NAME, prompt=ids, max_tokens=6, temperature=0, echo=True,
+                                       extra_body={"cache": False})
+    assert echoed.choices[0].text == prompt + by_text.choices[0].text
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL_NAME, prompt=[ids, ids], max_tokens=2)
+    assert e.value.body["param"] == "prompt" and "batch" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL_NAME, prompt=[10**8], max_tokens=2)
+    assert "outside the vocabulary" in e.value.message
+
+
 def test_logit_bias_bans_and_forces_tokens(client, server):
     first = chat(client, logprobs=True, extra_body={"cache": False})
     chosen = first.choices[0].logprobs.content[0]
