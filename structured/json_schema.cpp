@@ -27,6 +27,24 @@ constexpr int64_t max_enumerated_integers = 1000;
 constexpr int64_t integer_written = 9'999'999'999'999'999;
 constexpr int64_t integer_far = 100'000'000'000'000'000;
 
+// Whether a JSON value is of a JSON Schema type ("integer": a number without a fraction).
+bool has_type(const element& v, std::string_view type) {
+  switch (v.type()) {
+    case element_type::STRING: return type == "string";
+    case element_type::BOOL: return type == "boolean";
+    case element_type::NULL_VALUE: return type == "null";
+    case element_type::OBJECT: return type == "object";
+    case element_type::ARRAY: return type == "array";
+    case element_type::INT64:
+    case element_type::UINT64: return type == "integer" || type == "number";
+    case element_type::DOUBLE: {
+      const double d = v.get_double().value_unsafe();
+      return type == "number" || (type == "integer" && std::isfinite(d) && d == std::floor(d));
+    }
+    default: return false;
+  }
+}
+
 std::string escape_pointer(std::string_view key) {
   std::string out;
   for (char c : key) {
@@ -266,12 +284,30 @@ class generator {
       return {};
     }
     if (has("enum")) {
-      // `type` next to enum is redundant when every value has it: allowed, and not checked.
+      // `type` next to enum: a value must have it too (JSON Schema: both hold), so the others are
+      // left out; none left is a schema nothing satisfies, refused.
       for (auto k : keys)
         if (k != "enum" && k != "type") return fail("'enum' together with '" + std::string(k) + "' is not supported", ptr);
+      std::vector<std::string> types;
+      element t;
+      if (!obj["type"].get(t)) {
+        if (t.type() == element_type::STRING) {
+          types.emplace_back(t.get_string().value_unsafe());
+        } else {
+          const simdjson::dom::array names = t.get_array().value_unsafe();
+          for (auto x : names) types.emplace_back(x.get_string().value_unsafe());
+        }
+      }
       const simdjson::dom::array values = obj["enum"].get_array().value_unsafe();
       std::string alts;
-      for (auto v : values) alts += (alts.empty() ? "" : " | ") + gbnf_literal(detail::json_dumps(v));
+      for (auto v : values)
+        if (types.empty() || std::any_of(types.begin(), types.end(), [&](const std::string& n) { return has_type(v, n); }))
+          alts += (alts.empty() ? "" : " | ") + gbnf_literal(detail::json_dumps(v));
+      if (alts.empty()) {
+        std::string names;
+        for (const auto& n : types) names += (names.empty() ? "'" : " or '") + n + "'";
+        return fail("'enum' has no value of type " + names + ": nothing satisfies this schema", ptr);
+      }
       out = add(hint, alts);
       return {};
     }

@@ -114,6 +114,18 @@ TEST(JsonSchema, EnumConstAnyOfOneOfAllOf) {
   EXPECT_TRUE(e.accepts("null"));
   EXPECT_TRUE(e.accepts(R"({"a": [1, 2]})"));
   EXPECT_FALSE(e.accepts(R"("blue")"));
+  // `type` next to `enum`: only the values of that type (an integer has no fraction).
+  schema typed(R"({"type": "string", "enum": ["a", 1, 2]})");
+  EXPECT_TRUE(typed.accepts(R"("a")"));
+  EXPECT_FALSE(typed.accepts("1"));
+  schema whole(R"({"type": "integer", "enum": [1.5, 2, 3.0]})");
+  EXPECT_TRUE(whole.accepts("2"));
+  EXPECT_TRUE(whole.accepts("3.0"));
+  EXPECT_FALSE(whole.accepts("1.5"));
+  EXPECT_TRUE(schema(R"({"type": ["string", "null"], "enum": ["a", null, 1]})").accepts("null"));
+  EXPECT_EQ(error_of(R"({"type": "string", "enum": [1, 2]})"),
+            "json_schema: 'enum' has no value of type 'string': nothing satisfies this schema at /");
+  EXPECT_NE(error_of(R"({"anyOf": [{"type": "string", "enum": [5]}]})"), "");
   EXPECT_TRUE(schema(R"({"const": "v1"})").accepts(R"("v1")"));
   EXPECT_FALSE(schema(R"({"const": "v1"})").accepts(R"("v2")"));
   schema any(R"({"anyOf": [{"type": "string"}, {"type": "integer"}]})");
