@@ -1,8 +1,11 @@
 #include "net/responses_assembly.hpp"
 
 #include <algorithm>
+#include <ctime>
 #include <utility>
 #include <variant>
+
+#include <simdjson.h>
 
 #include "net/completion_assembly.hpp"
 #include "net/json_writer.hpp"
@@ -40,6 +43,7 @@ std::optional<api_error> responses_assembly::begin(const responses_request& req,
   message_id_ = "msg_" + answer_id_suffix(id_);
   model_ = req.chat.model.empty() ? inf.model_name() : req.chat.model;
   created_ = created;
+  completed_at_ = 0;
   streaming_ = req.chat.stream;
   logprobs_ = req.chat.logprobs;
   max_tokens_field_ = req.chat.max_tokens_field;
@@ -150,6 +154,7 @@ void responses_assembly::on_done(step& s, const actors::done_event& d) {
                                            "the deadline (deadline_ms) passed before the first token", 0});
   finish_reason_ = d.finish_reason;
   usage_ = d.usage;
+  completed_at_ = static_cast<int64_t>(std::time(nullptr));
   if (tool_parser_) {
     auto ds = tool_parser_->push(d.text);
     auto rest = tool_parser_->finish();
@@ -275,9 +280,19 @@ std::string responses_assembly::message_item(bool done) const {
   return w.take();
 }
 
+// A call the answer's end cut short (max_output_tokens, a deadline) is incomplete, as OpenAI marks
+// it: an agent must not run a tool with arguments that are not the whole JSON object.
+bool responses_assembly::call_complete(const call_item& c) const {
+  if (status() != "incomplete") return true;
+  simdjson::dom::parser parser;
+  simdjson::dom::object args;
+  return parser.parse(c.arguments).get(args) == simdjson::SUCCESS;
+}
+
 std::string responses_assembly::call_item_json(const call_item& c, bool done) const {
   json_writer w;
-  w.begin_object().field("id", c.item_id).field("type", "function_call").field("status", done ? "completed" : "in_progress");
+  w.begin_object().field("id", c.item_id).field("type", "function_call");
+  w.field("status", !done ? "in_progress" : call_complete(c) ? "completed" : "incomplete");
   w.field("call_id", c.call_id).field("name", c.name).field("arguments", done ? c.arguments : std::string());
   w.end_object();
   return w.take();
@@ -289,6 +304,9 @@ std::string responses_assembly::response_object(bool in_progress) const {
   const std::string st = in_progress ? "in_progress" : status();
   json_writer w;
   w.begin_object().field("id", id_).field("object", "response").field("created_at", created_);
+  w.key("completed_at");
+  if (st == "completed") w.value(completed_at_);
+  else w.null();
   w.field("status", st).field("background", false).key("error").null();
   w.key("incomplete_details");
   if (st != "incomplete") {

@@ -60,6 +60,7 @@ class responses_assembly : public answer_assembly {
   };
 
   void on_token(step& s, const actors::token_event& t);
+  bool call_complete(const call_item& c) const;
   void on_done(step& s, const actors::done_event& d);
   void on_error(step& s, const actors::error_event& err);
   void take_text(step& s, std::string_view text, std::vector<token_logprob_entry> lp);
@@ -82,6 +83,7 @@ class responses_assembly : public answer_assembly {
   std::string message_id_;
   std::string model_;
   int64_t created_ = 0;
+  int64_t completed_at_ = 0;  // when the answer ended (unix seconds), shown once it is completed
   bool streaming_ = false;
   bool logprobs_ = false;
   std::string max_tokens_field_ = "max_output_tokens";

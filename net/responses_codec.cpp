@@ -140,6 +140,8 @@ void read_content(reader& r, std::string_view k, const std::string& at, bool ass
     }
     out += piece;
   }
+  if (j == 0 && !assistant)
+    r.err = bad_request("'" + at + std::string(k) + "' must not be an empty array", at + std::string(k));
 }
 
 // One input item (`at`: where it is, for errors): a message, a function call an earlier answer
@@ -173,7 +175,9 @@ std::string read_item(reader& ir, const std::string& at, message_list& msgs) {
       }
     }
   } else if (type == "function_call") {
-    detail::known_fields(ir, {"type", "call_id", "name", "arguments", "id", "status", "namespace"});
+    // An earlier answer's item sent back as the client library dumps it: its other fields
+    // (async, caller, namespace) describe that answer and are not read.
+    detail::known_fields(ir, {"type", "call_id", "name", "arguments", "id", "status", "namespace", "async", "caller"});
     std::string call_id, name, arguments;
     ir.str("call_id", call_id);
     ir.str("name", name);
@@ -233,6 +237,7 @@ void read_input(reader& r, message_list& msgs, std::vector<std::string>& items) 
   // found for function call ..."). Calls of the response named by previous_response_id are
   // checked with the whole conversation, in the chat form (admission's tool prompt).
   std::vector<std::pair<std::string, std::string>> open;  // call_id, the item it came in
+  std::vector<std::string> calls, answered;               // every function_call's call_id, every output's
   auto unanswered = [&](const std::string& before) {
     std::string ids;
     for (const auto& [id, where] : open) ids += (ids.empty() ? "" : ", ") + id + " (" + where + ")";
@@ -255,6 +260,18 @@ void read_input(reader& r, message_list& msgs, std::vector<std::string>& items) 
     std::string_view type, call_id;
     if (item["type"].get(type) != simdjson::SUCCESS) type = "message";
     if (item["call_id"].get(call_id) != simdjson::SUCCESS) call_id = {};
+    // A call id is one call, answered once (the answer may be to a call of previous_response_id's).
+    auto& ids = type == "function_call" ? calls : answered;
+    if (type == "function_call" || type == "function_call_output") {
+      if (std::find(ids.begin(), ids.end(), call_id) != ids.end()) {
+        r.err = bad_request("'" + at + ".call_id' \"" + std::string(call_id) + "\" " +
+                                (type == "function_call" ? "is the call id of an earlier function_call item: each call needs its own"
+                                                         : "is answered by an earlier function_call_output item already"),
+                            at + ".call_id");
+        return;
+      }
+      ids.emplace_back(call_id);
+    }
     if (type == "function_call") {
       open.emplace_back(std::string(call_id), at);
     } else if (type == "function_call_output") {
@@ -355,6 +372,10 @@ void write_text(reader& r, json_writer& w, response_settings& set) {
       reader fr{dom::object(*f), std::nullopt, "text.format."};
       std::string type;
       fr.str("type", type);
+      if (!fr.err && type != "text" && type != "json_object" && type != "json_schema")
+        fr.err = bad_request("'text.format.type' \"" + type + "\" is not served: it must be \"text\", \"json_object\" or "
+                             "\"json_schema\"",
+                             "text.format.type", "unsupported_field");
       detail::known_fields(fr, {"type", "name", "schema", "strict", "description"});
       if (!fr.err && type != "json_schema")
         for (const char* k : {"name", "schema", "strict", "description"})
@@ -368,9 +389,6 @@ void write_text(reader& r, json_writer& w, response_settings& set) {
         for (const char* k : {"name", "schema", "strict", "description"})
           if (auto v = fr.get(k)) w.key(k).raw(simdjson::minify(*v));
         w.end_object().end_object();
-      } else if (!fr.err && type != "text") {
-        fr.err = bad_request("'text.format.type' must be \"text\", \"json_object\" or \"json_schema\"",
-                             "text.format.type");
       }
       if (fr.err) tr.err = fr.err;
     }

@@ -101,6 +101,7 @@ TEST(responses_assembly, a_whole_answer_is_the_response_object) {
   EXPECT_EQ(a.stored_conversation(),
             R"({"role":"user","content":"Say hi"},{"role":"assistant","content":"Hello"})");
   EXPECT_EQ(a.response_json(), *s.answer);
+  EXPECT_GT(int64_t(d["completed_at"]), 0);
 }
 
 TEST(responses_assembly, max_tokens_make_an_incomplete_response) {
@@ -114,6 +115,32 @@ TEST(responses_assembly, max_tokens_make_an_incomplete_response) {
   EXPECT_EQ(str(d["status"]), "incomplete");
   EXPECT_EQ(str(d["incomplete_details"]["reason"]), "max_output_tokens");
   EXPECT_EQ(str(d["output"].at(0)["status"]), "incomplete");
+  EXPECT_TRUE(d["completed_at"].is_null());
+}
+
+// A forced call cut short by max_output_tokens: its item is incomplete, as OpenAI marks it (an
+// agent must not run the tool with the part of its arguments written); a whole one is completed.
+TEST(responses_assembly, a_call_cut_short_is_an_incomplete_item) {
+  fake_inference inf;
+  responses_assembly a;
+  auto req = request(false);
+  req.chat.spec.tools.push_back({"f", "", R"({"type":"object"})"});
+  req.chat.spec.tool_choice = actors::tool_choice::required;
+  ASSERT_FALSE(a.begin(req, 1, inf));
+  a.feed(0, token(1, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": "));
+  auto s = a.feed(0, done(actors::finish::length));
+  ASSERT_TRUE(s.answer);
+  doc d(*s.answer);
+  EXPECT_EQ(str(d["status"]), "incomplete");
+  ASSERT_EQ(size_of(d["output"]), 1u);
+  EXPECT_EQ(str(d["output"].at(0)["type"]), "function_call");
+  EXPECT_EQ(str(d["output"].at(0)["status"]), "incomplete");
+
+  ASSERT_FALSE(a.begin(req, 1, inf));
+  a.feed(0, token(1, tool_call_text));
+  auto whole = a.feed(0, done(actors::finish::length));
+  doc w(*whole.answer);
+  EXPECT_EQ(str(w["output"].at(0)["status"]), "completed");
 }
 
 TEST(responses_assembly, streamed_events_are_typed_and_numbered_in_order) {

@@ -129,6 +129,9 @@ TEST(responses_codec, unhonoured_fields_are_refused_by_name) {
   EXPECT_EQ(refused(R"({"input":"x","reasoning":{"effort":"high"}})"), "reasoning");
   EXPECT_EQ(refused(R"({"input":"x","tools":[{"type":"web_search"}]})"), "tools[0].type");
   EXPECT_EQ(refused(R"({"input":"x","tool_choice":{"type":"file_search"}})"), "tool_choice.type");
+  // A format of another type is named by its type, not by its own fields.
+  EXPECT_EQ(refused(R"({"input":"x","text":{"format":{"type":"grammar","syntax":"lark","definition":"x"}}})"),
+            "text.format.type");
   EXPECT_EQ(refused(R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]})"),
             "input[0].content[0].type");
   EXPECT_EQ(refused(R"({"input":[{"type":"reasoning","summary":[]}]})"), "input[0].type");
@@ -248,4 +251,21 @@ TEST(responses_codec, every_function_call_item_is_answered) {
   ASSERT_FALSE(at_end.request);
   EXPECT_NE(at_end.error.message.find("c1 (input[1])"), std::string::npos) << at_end.error.message;
   EXPECT_NE(at_end.error.message.find("before the input ends"), std::string::npos) << at_end.error.message;
+  // A call id is one call, answered once.
+  auto two_calls = parse(R"({"input":[)" + call1 + "," + call1 + "," + out("c1") + "]}");
+  ASSERT_FALSE(two_calls.request);
+  EXPECT_EQ(two_calls.error.param, "input[1].call_id");
+  auto two_answers = parse(R"({"input":[)" + call1 + "," + out("c1") + "," + out("c1") + "]}");
+  ASSERT_FALSE(two_answers.request);
+  EXPECT_EQ(two_answers.error.param, "input[2].call_id");
+  EXPECT_NE(two_answers.error.message.find("answered by an earlier function_call_output"), std::string::npos)
+      << two_answers.error.message;
+  // An earlier answer's call item as the client library dumps it (async, caller, namespace null).
+  EXPECT_TRUE(parse(R"({"input":[{"type":"function_call","call_id":"c1","name":"f","arguments":"{}","async":null,)"
+                    R"("caller":null,"namespace":null,"status":"completed","id":"fc_1"},)" + out("c1") + "]}")
+                  .request);
+  // A message with no content parts says nothing: refused, as chat refuses it.
+  auto empty = parse(R"({"input":[{"role":"user","content":[]}]})");
+  ASSERT_FALSE(empty.request);
+  EXPECT_EQ(empty.error.param, "input[0].content");
 }
