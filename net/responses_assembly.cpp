@@ -107,6 +107,9 @@ void responses_assembly::take_deltas(step& s, const std::vector<structured::tool
       continue;
     }
     const auto k = static_cast<size_t>(d.call);
+    // The next call starts: the one before is whole, and closes first (one item open at a time,
+    // as OpenAI streams them).
+    if (k >= calls_.size() && streaming_ && !calls_.empty() && !calls_.back().closed) close_call(s, calls_.back());
     if (k >= calls_.size()) {
       const std::string base = answer_id_suffix(id_) + "_" + std::to_string(k);
       calls_.push_back({"fc_" + base, "call_" + answer_id_suffix(id_) + "_0_" + std::to_string(k), d.name, "",
@@ -208,16 +211,20 @@ void responses_assembly::close_items(step& s) {
       emit(s, "response.output_item.done", d.take());
       continue;
     }
-    for (const auto& c : calls_) {
-      if (c.output_index != i) continue;
-      json_writer a = event_of("response.function_call_arguments.done");
-      a.field("item_id", c.item_id).field("output_index", i).field("name", c.name).field("arguments", c.arguments);
-      emit(s, "response.function_call_arguments.done", a.take());
-      json_writer d = event_of("response.output_item.done");
-      d.field("output_index", i).key("item").raw(call_item_json(c, true));
-      emit(s, "response.output_item.done", d.take());
-    }
+    for (auto& c : calls_)
+      if (c.output_index == i && !c.closed) close_call(s, c);
   }
+}
+
+// A call's arguments and item are done.
+void responses_assembly::close_call(step& s, call_item& c) {
+  json_writer a = event_of("response.function_call_arguments.done");
+  a.field("item_id", c.item_id).field("output_index", c.output_index).field("name", c.name).field("arguments", c.arguments);
+  emit(s, "response.function_call_arguments.done", a.take());
+  json_writer d = event_of("response.output_item.done");
+  d.field("output_index", c.output_index).key("item").raw(call_item_json(c, true));
+  emit(s, "response.output_item.done", d.take());
+  c.closed = true;
 }
 
 // The request failed: before the stream's head it is the HTTP answer; after, an `error` event

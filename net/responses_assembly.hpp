@@ -57,10 +57,12 @@ class responses_assembly : public answer_assembly {
     std::string name;
     std::string arguments;
     int32_t output_index = 0;
+    bool closed = false;  // streamed: its done events are out (the next call started)
   };
 
   void on_token(step& s, const actors::token_event& t);
   bool call_complete(const call_item& c) const;
+  void close_call(step& s, call_item& c);
   void on_done(step& s, const actors::done_event& d);
   void on_error(step& s, const actors::error_event& err);
   void take_text(step& s, std::string_view text, std::vector<token_logprob_entry> lp);

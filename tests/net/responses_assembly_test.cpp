@@ -238,6 +238,31 @@ TEST(responses_assembly, function_calls_are_items) {
   EXPECT_EQ(types[types.size() - 2], "response.output_item.done");
 }
 
+// Two calls streamed: the first closes (its arguments' done, its item's done) before the second
+// is added, one item open at a time, as OpenAI streams them.
+TEST(responses_assembly, a_call_closes_before_the_next_is_added) {
+  fake_inference inf;
+  responses_assembly a;
+  auto req = request(true);
+  req.chat.spec.tools.push_back({"f", "", R"({"type":"object"})"});
+  ASSERT_FALSE(a.begin(req, 1, inf));
+  const std::string call = tool_call_text;
+  std::vector<std::string> events;
+  for (const auto& st : {a.feed(0, token(1, call + "\n")), a.feed(0, token(2, call)), a.feed(0, done(actors::finish::stop))})
+    events.insert(events.end(), st.events.begin(), st.events.end());
+  std::vector<std::string> order;
+  for (const auto& ev : events) {
+    auto [type, json] = typed(ev);
+    doc e(json);
+    if (type == "response.output_item.added" || type == "response.output_item.done" ||
+        type == "response.function_call_arguments.done")
+      order.push_back(type.substr(9) + " " + std::to_string(int64_t(e["output_index"])));
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"output_item.added 0", "function_call_arguments.done 0", "output_item.done 0",
+                                             "output_item.added 1", "function_call_arguments.done 1",
+                                             "output_item.done 1"}));
+}
+
 TEST(responses_assembly, an_error_is_the_answer_or_an_error_event) {
   fake_inference inf;
   responses_assembly a;
