@@ -139,6 +139,27 @@ TEST(RoutingPolicies, PrefixAffinityPrefersTheReplicaHoldingThePrefix) {
   EXPECT_EQ(picked(*p, {view(1, 900), view(2, 200), view(3, 500)}), 2u);
 }
 
+// A replica that holds only a small share of the prompt (the chat template's opening, which every
+// prompt shares) has no affinity: the least loaded one gets it, so one replica does not take
+// everything while the others idle.
+TEST(RoutingPolicies, PrefixAffinityNeedsAShareOfThePrompt) {
+  auto p = make("prefix_affinity");
+  route_request r;
+  r.prompt_tokens = 48;
+  std::vector<replica_view> vs = {view(1, 300, 0, 0, 0, 16), view(2, 0)};
+  EXPECT_EQ(p->pick(r, vs), std::optional<size_t>(1));  // 16 of 48: least loaded
+  vs = {view(1, 300, 0, 0, 0, 32), view(2, 0)};
+  EXPECT_EQ(p->pick(r, vs), std::optional<size_t>(0));  // 32 of 48: affinity
+  routing_options o;
+  o.values["min_hit_ratio"] = 0.0;
+  auto any = routing_policy_registry().make("prefix_affinity", o);
+  ASSERT_TRUE(any.ok());
+  vs = {view(1, 300, 0, 0, 0, 16), view(2, 0)};
+  EXPECT_EQ((*any)->pick(r, vs), std::optional<size_t>(0));
+  o.values["min_hit_ratio"] = 1.5;
+  EXPECT_FALSE(routing_policy_registry().make("prefix_affinity", o).ok());
+}
+
 TEST(RoutingPolicies, PrefixAffinityFallsBackToLeastLoadedPastTheImbalance) {
   routing_options o;
   o.values["max_imbalance"] = 1000;

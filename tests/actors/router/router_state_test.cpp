@@ -113,12 +113,18 @@ TEST(RouterState, PrefixAffinitySendsRepeatedPrefixesToTheReplicaHoldingThem) {
     s.enqueue(request(id, with_system(static_cast<int32_t>(id * 100)), 50), 0);
     EXPECT_EQ(placed_on(s), 1u) << id;
   }
-  // A prompt that shares only the first block still goes where that block is.
-  auto partial = tokens(1000, block);
-  auto rest = tokens(9000, 3 * block);
-  partial.insert(partial.end(), rest.begin(), rest.end());
-  s.enqueue(request(7, partial, 50), 0);
+  // A prompt that shares half its blocks still goes where they are (min_hit_ratio 0.5)...
+  auto half = tokens(1000, 2 * block);
+  auto rest = tokens(9000, 2 * block);
+  half.insert(half.end(), rest.begin(), rest.end());
+  s.enqueue(request(7, half, 50), 0);
   EXPECT_EQ(placed_on(s), 1u);
+  // ...one that shares a quarter (as every chat shares its template's opening) goes by load.
+  auto quarter = tokens(1000, block);
+  auto more = tokens(7000, 3 * block);
+  quarter.insert(quarter.end(), more.begin(), more.end());
+  s.enqueue(request(8, quarter, 50), 0);
+  EXPECT_EQ(placed_on(s), 2u);
 }
 
 TEST(RouterState, PrefixAffinityFallsBackToLeastLoadedPastTheImbalance) {
