@@ -550,6 +550,46 @@ api_error unknown_response(const std::string& id, std::string param) {
   return e;
 }
 
+namespace {
+
+// The response named by previous_response_id ended in calls: the input must open with an output
+// for each (else OpenAI's "No tool output found for function call ..."), said here in the
+// Responses API's terms rather than as the chat history it becomes.
+std::optional<api_error> unanswered_earlier_calls(const std::string& conversation, dom::object request,
+                                                  const std::string& previous_id) {
+  dom::parser parser;  // its own: `request` lives in the caller's
+  dom::array messages;
+  if (parser.parse("[" + conversation + "]").get(messages) != simdjson::SUCCESS || messages.size() == 0)
+    return std::nullopt;
+  dom::element last;
+  for (dom::element m : messages) last = m;
+  std::string_view role;
+  dom::array calls;
+  if (last["role"].get(role) != simdjson::SUCCESS || role != "assistant" || last["tool_calls"].get(calls) != simdjson::SUCCESS)
+    return std::nullopt;
+  std::vector<std::string> open;
+  for (dom::element c : calls) {
+    std::string_view id;
+    if (c["id"].get(id) == simdjson::SUCCESS) open.emplace_back(id);
+  }
+  dom::array input;
+  if (request["input"].get(input) == simdjson::SUCCESS)
+    for (dom::element item : input) {
+      std::string_view type, call_id;
+      if (item["type"].get(type) != simdjson::SUCCESS || type != "function_call_output") break;
+      if (item["call_id"].get(call_id) == simdjson::SUCCESS)
+        open.erase(std::remove(open.begin(), open.end(), std::string(call_id)), open.end());
+    }
+  if (open.empty()) return std::nullopt;
+  std::string ids;
+  for (const auto& id : open) ids += (ids.empty() ? "" : ", ") + id;
+  return bad_request("No tool output found for function call " + ids + " of response " + previous_id +
+                         " (previous_response_id): the input must open with a function_call_output item for each",
+                     "input");
+}
+
+}  // namespace
+
 parsed_responses parse_responses_request(std::string_view body, const conversation_lookup& previous) {
   parsed_responses out;
   dom::object obj;
@@ -624,6 +664,10 @@ parsed_responses parse_responses_request(std::string_view body, const conversati
       return out;
     }
     req.conversation = std::move(*earlier);
+    if (auto e = unanswered_earlier_calls(req.conversation, obj, set.previous_response_id)) {
+      out.error = std::move(*e);
+      return out;
+    }
   }
   const std::string input = msgs.joined();
   if (!req.conversation.empty() && !input.empty()) req.conversation += ',';

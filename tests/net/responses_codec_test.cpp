@@ -269,3 +269,27 @@ TEST(responses_codec, every_function_call_item_is_answered) {
   ASSERT_FALSE(empty.request);
   EXPECT_EQ(empty.error.param, "input[0].content");
 }
+
+// The response continued from ended in calls: the input opens with their outputs, or the 400 says
+// which calls of which response, in the Responses API's terms.
+TEST(responses_codec, calls_of_the_previous_response_are_answered_first) {
+  const std::map<std::string, std::string> stored = {
+      {"resp_a", R"({"role":"user","content":"weather?"},{"role":"assistant","content":null,"tool_calls":[)"
+                 R"({"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}},)"
+                 R"({"id":"c2","type":"function","function":{"name":"f","arguments":"{}"}}]})"}};
+  auto plain = parse(R"({"previous_response_id":"resp_a","input":"and tomorrow?"})", stored);
+  ASSERT_FALSE(plain.request);
+  EXPECT_EQ(plain.error.param, "input");
+  EXPECT_NE(plain.error.message.find("No tool output found for function call c1, c2 of response resp_a"),
+            std::string::npos)
+      << plain.error.message;
+  auto one = parse(R"({"previous_response_id":"resp_a","input":[{"type":"function_call_output","call_id":"c2",)"
+                   R"("output":"sun"}]})",
+                   stored);
+  ASSERT_FALSE(one.request);
+  EXPECT_NE(one.error.message.find("function call c1 of"), std::string::npos) << one.error.message;
+  EXPECT_TRUE(parse(R"({"previous_response_id":"resp_a","input":[{"type":"function_call_output","call_id":"c2",)"
+                    R"("output":"sun"},{"type":"function_call_output","call_id":"c1","output":"rain"}]})",
+                    stored)
+                  .request);
+}
