@@ -45,7 +45,6 @@ int check(const config_args& a) {
   }
   std::printf("# %s: valid; the effective config:\n\n%s", c->source.c_str(),
               cfg::to_toml(c->config, a.show_secrets ? cfg::secrets::show : cfg::secrets::redact).c_str());
-  for (const auto& w : cfg::unread_settings(c->config)) std::fprintf(stderr, "warning: %s\n", w.c_str());
   return 0;
 }
 

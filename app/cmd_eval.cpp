@@ -138,7 +138,7 @@ troupe::app::register_command reg("eval", "Perplexity of a text, and KL divergen
   sub.add_option("--file,-f", o->file, "Text file to score")->required();
   sub.add_option("--ctx,-c", o->ctx, "Tokens per window (the second half of each is scored)")->capture_default_str();
   sub.add_option("--chunks", o->chunks, "Windows to score (0 = all the text fills)")->capture_default_str();
-  sub.add_option("--threads", o->threads, "Threads (0 = all cores)");
+  sub.add_option("--threads", o->threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
   sub.add_option("--matmul", o->matmul, "Quantized matmul order: llama.cpp (bit-exact) or fast")->capture_default_str();
   sub.add_option("--kv", o->kv, "K/V memory: f16, f32 or q8")->capture_default_str();
   sub.add_option("--save-logits", o->save_logits,

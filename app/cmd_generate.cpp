@@ -268,7 +268,7 @@ troupe::app::register_command reg("generate", "Generate text from a prompt with 
   sub.add_option("--presence-penalty", o->sampling.presence_penalty, "Presence penalty");
   sub.add_option("--seed,-s", o->sampling.seed, "Random seed (same seed and prompt, same output)");
   sub.add_option("--stop", o->stops, "Stop string (repeatable)");
-  sub.add_option("--threads", o->threads, "Threads (0 = all cores)");
+  sub.add_option("--threads", o->threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
   sub.add_option("--matmul", o->matmul, "Quantized matmul order: llama.cpp (bit-exact) or fast")->capture_default_str();
   sub.add_flag("--special", o->show_special, "Show special tokens in the output");
   sub.add_option("--json-schema", o->json_schema_file, "Constrain the output to a JSON Schema (a file)");

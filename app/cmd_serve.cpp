@@ -169,7 +169,6 @@ troupe::app::register_command reg("serve", "Serve the model over HTTP (OpenAI-co
     }
     const auto& conf = c->config;
     spdlog::set_level(spdlog::level::from_str(conf.logging.level));
-    for (const auto& w : cfg::unread_settings(conf)) std::fprintf(stderr, "troupe serve: warning: %s\n", w.c_str());
     std::printf("troupe serve: config from %s\n", c->source.c_str());
     troupe::app::serve_options opts;
     opts.config = conf;

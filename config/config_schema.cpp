@@ -46,8 +46,7 @@ constexpr applied_by hot_admission{reload_kind::hot, "admission"};
 constexpr applied_by hot_cache{reload_kind::hot, "cache"};
 constexpr applied_by hot_streamer{reload_kind::hot, "streamer"};
 constexpr applied_by hot_router{reload_kind::hot, "router"};      // its policy, changed in place  // its output filters, changed in place
-// Hot, but no stage to replace: serve applies logging.level itself; admission.max_prompt_tokens
-// is read by nothing yet.
+// Hot, but no stage to replace: serve applies logging.level itself.
 constexpr applied_by hot_no_stage{reload_kind::hot, ""};
 
 key_spec spec(std::string key, applied_by a, std::vector<std::string> entries = {}, bool diff_entries = false) {
@@ -565,7 +564,7 @@ std::vector<key_spec> make_schema() {
   v.push_back(integer_key("admission.max_pending", hot_admission, 1, 16 * mib, TROUPE_FIELD(pipeline.admission.max_pending)));
   v.push_back(integer_key("admission.max_pending_per_tenant", hot_admission, 0, 16 * mib,
                           TROUPE_FIELD(pipeline.admission.max_pending_per_tenant)));
-  v.push_back(integer_key("admission.max_prompt_tokens", hot_no_stage, 0, 16 * mib,
+  v.push_back(integer_key("admission.max_prompt_tokens", hot_admission, 0, 16 * mib,
                           TROUPE_FIELD(pipeline.admission.max_prompt_tokens)));
   v.push_back(integer_key("admission.max_tokens_cap", hot_admission, 1, 16 * mib,
                           TROUPE_FIELD(pipeline.admission.max_tokens_cap)));

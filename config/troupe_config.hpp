@@ -65,9 +65,4 @@ struct troupe_config {
   cluster_options cluster;           // [cluster] listen; the rest is pipeline.router
 };
 
-// Keys set to something other than their default that nothing reads yet
-// (admission.max_prompt_tokens), one message each, so that `troupe serve` can say so instead of
-// ignoring them silently.
-std::vector<std::string> unread_settings(const troupe_config& c);
-
 }  // namespace troupe::config

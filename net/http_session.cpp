@@ -401,6 +401,17 @@ void http_session::handle(request&& req) {
       e.type = "authentication_error";
       return send_error(e);
     }
+    // Both read the server's own config file: nothing in the request is an input.
+    const std::string_view target(req.target().data(), req.target().size());
+    if (const auto q = target.find('?'); q != std::string_view::npos)
+      if (const auto params = query_params(target.substr(q + 1)); !params.empty())
+        return send_error(bad_request("query parameter '" + params.front().first + "' is not read: " + path +
+                                          " works on the config file the server started with",
+                                      params.front().first, "unsupported_field"));
+    if (!req.body().empty())
+      return send_error(bad_request(path + " takes no body: it works on the config file the server started with (edit "
+                                           "that file, then reload)",
+                                    "body", "unsupported_field"));
     stream_.expires_never();
     std::weak_ptr<http_session> w = weak_from_this();
     ctx_.inf.admin(reload ? "reload" : "config", [w](inference::admin_reply r) {

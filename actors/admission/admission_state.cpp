@@ -132,6 +132,10 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
   }
   if (prompt.empty()) return reject(errc::invalid_request, "the prompt is empty after tokenization");
   const auto n_prompt = static_cast<int32_t>(prompt.size());
+  if (cfg_.max_prompt_tokens > 0 && n_prompt > cfg_.max_prompt_tokens)
+    return reject(errc::context_length, "the prompt is " + std::to_string(n_prompt) +
+                                            " tokens, more than this server accepts (admission.max_prompt_tokens = " +
+                                            std::to_string(cfg_.max_prompt_tokens) + ")");
   int32_t max_tokens = spec.max_tokens;
   if (max_tokens == 0) max_tokens = std::min(cfg_.default_max_tokens, cfg_.n_ctx - n_prompt);
   if (cfg_.n_ctx > 0 && (max_tokens <= 0 || static_cast<int64_t>(n_prompt) + max_tokens > cfg_.n_ctx))

@@ -47,7 +47,7 @@ struct admission_config {
   int32_t max_pending = 256;           // admitted requests not finished yet (queued or running)
   int32_t max_pending_per_tenant = 0;  // of those, one tenant's at most (0: no limit of its own)
   int32_t max_stop_strings = 4;        // as OpenAI allows; the request parser refuses more
-  int32_t max_prompt_tokens = 0;       // not enforced yet (the model's context is); 0: the model's context
+  int32_t max_prompt_tokens = 0;       // longest prompt accepted, in tokens; 0: up to the model's context
   int64_t default_deadline_ms = 0;     // when a request does not say; 0: none
   std::string policy = "token_bucket"; // a name in admission_policy_registry()
   option_map policy_options;           // that policy's options (token_bucket has none)

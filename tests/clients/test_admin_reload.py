@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
 import websockets
 
 from harness import assert_consecutive, read_until_end, running_server
@@ -70,6 +71,22 @@ def test_reload_swaps_policies_while_a_stream_runs(tmp_path):
         assert doc["version"] == 1
         assert 'policy = "fcfs"' in doc["config"]
         assert TOKEN not in doc["config"], "the admin token must be redacted"
+        assert config_version(s) == 1
+        # A reload reads the server's own file: a query or a body is refused, not ignored.
+        status, body = call(s.url + "/admin/reload?file=/etc/passwd", "POST")
+        assert status == 400 and "query parameter 'file'" in body, body
+        req = urllib.request.Request(s.url + "/admin/reload", method="POST", data=b'{"x":1}')
+        req.add_header("Authorization", f"Bearer {TOKEN}")
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=60)
+        assert e.value.code == 400 and "takes no body" in e.value.read().decode()
+        assert config_version(s) == 1
+        # An empty file (a save caught half-way) is not a config to reload.
+        saved = cfg.read_text()
+        cfg.write_text("")
+        status, body = call(s.url + "/admin/reload", "POST")
+        assert status == 400 and "is empty" in body, body
+        cfg.write_text(saved)
         assert config_version(s) == 1
 
         async def stream_across_reloads():

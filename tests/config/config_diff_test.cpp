@@ -68,11 +68,11 @@ TEST(ConfigDiff, HotChangesNameTheStagesToReplace) {
   // Hot keys no stage holds, and restart keys, replace nothing.
   troupe_config c = a;
   c.logging.level = "debug";
-  c.pipeline.admission.max_prompt_tokens = 100;  // read by nothing yet
   c.pipeline.cache.semantic.path = "elsewhere";
   c.pipeline.streamer.buffer_tokens = 1;
   EXPECT_TRUE(stages_to_replace(config_diff(a, c)).empty());
   EXPECT_EQ(stage_of("admission.tenants.bob.token_burst"), "admission");
+  EXPECT_EQ(stage_of("admission.max_prompt_tokens"), "admission");
   EXPECT_EQ(stage_of("streamer.filters"), "streamer");
   EXPECT_EQ(stage_of("cache.path"), "");
 }

@@ -78,6 +78,25 @@ TEST(ConfigReloader, ADirectoryInPlaceOfTheFileIsRefusedByName) {
   EXPECT_EQ(reloader.version(), 1);
 }
 
+// An empty file (an editor's save caught half-way) would turn every hot key back to its default.
+TEST(ConfigReloader, AnEmptyFileIsRefused) {
+  const std::string path = ::testing::TempDir() + "/troupe_config_reloader_empty.toml";
+  {
+    std::ofstream out(path);
+    out << "\n  \n";
+  }
+  config_reloader reloader(running_config(), path, "", {});
+  int applies = 0;
+  const auto r = reloader.reload([&](const troupe_config&, const std::set<std::string>&) -> result<std::vector<std::string>> {
+    ++applies;
+    return std::vector<std::string>{};
+  });
+  std::remove(path.c_str());
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(applies, 0);
+  EXPECT_NE(r.error.find(path + " is empty"), std::string::npos) << r.error;
+}
+
 TEST(ConfigReloader, AnUnknownRoutingPolicyIsRefusedWithItsKeyBeforeAnyApply) {
   const std::string path = ::testing::TempDir() + "/troupe_config_reloader_router.toml";
   {

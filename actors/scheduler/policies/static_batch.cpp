@@ -38,7 +38,10 @@ void add_static(named_registry<policy_factory>& r) {
   (void)r.add("static", [](const policy_options& o) -> result<std::unique_ptr<scheduling_policy>> {
     if (auto s = check_policy_keys("static", o, {"batch_wait_ms"}); !s) return make_error(s.error());
     const double wait = o.get("batch_wait_ms", 0.0);
-    if (!(wait >= 0)) return make_error("static: batch_wait_ms must be >= 0");
+    // At most an hour, as the bucketed policy's wait: beyond, a lone request would never start
+    // (and a wait past int64 microseconds wrapped to none).
+    if (!(wait >= 0 && wait <= 3'600'000))
+      return make_error("static: batch_wait_ms must be in 0..3600000 (ms), got " + std::to_string(wait));
     return std::unique_ptr<scheduling_policy>(new static_batch(wait));
   });
 }

@@ -53,6 +53,15 @@ TEST(admission_state, validation_errors_name_the_problem) {
   EXPECT_EQ(d.error.code, errc::invalid_request);
   EXPECT_NE(d.error.message.find("cap of 32"), std::string::npos);
   EXPECT_EQ(a.admit(spec(std::string(60, 'a'), 8), 0).error.code, errc::context_length);
+  {
+    auto c = acfg();
+    c.max_prompt_tokens = 5;
+    admission_state limited(c, make_byte_codec());
+    EXPECT_TRUE(limited.admit(spec("12345", 4), 0).ok);
+    auto over = limited.admit(spec("123456", 4), 0);
+    EXPECT_EQ(over.error.code, errc::context_length);
+    EXPECT_NE(over.error.message.find("admission.max_prompt_tokens = 5"), std::string::npos) << over.error.message;
+  }
   s = spec("x");
   s.sampling.top_p = 0;
   EXPECT_NE(a.admit(s, 0).error.message.find("top_p"), std::string::npos);

@@ -525,6 +525,9 @@ TEST(policy_registry, new_builtins_are_registered_and_check_their_options) {
   EXPECT_FALSE(g.make("adaptive", {{{"min_steps", 2.5}}}).ok());
   EXPECT_FALSE(g.make("adaptive", {{{"kv_low_free", 0.3}, {"kv_high_free", 0.2}}}).ok());
   EXPECT_FALSE(g.make("window", {{{"window_ms", -1.0}}}).ok());
+  // static's wait is bounded as the others' (1e13 ms never started a lone request; 1e18 wrapped).
+  EXPECT_TRUE(g.make("static", {{{"batch_wait_ms", 3600000.0}}}).ok());
+  for (double w : {3600001.0, 1e13, 1e18}) EXPECT_FALSE(g.make("static", {{{"batch_wait_ms", w}}}).ok()) << w;
   EXPECT_FALSE(g.make("window", {{{"min_batch", 1.5}}}).ok());
   EXPECT_FALSE(g.make("bucketed", {{{"max_length_ratio", 0.5}}}).ok());
   EXPECT_FALSE(g.make("bucketed", {{{"min_length", 0.0}}}).ok());
