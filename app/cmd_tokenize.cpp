@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -37,6 +38,8 @@ int run_tokenize(const tokenize_options& o, bool from_file) {
     if (!in) return fail("cannot read '" + o.file + "': " + std::strerror(errno));
     std::ostringstream ss;
     ss << in.rdbuf();
+    // A directory opens, and reads as nothing: say so rather than tokenize "".
+    if (std::filesystem::is_directory(o.file)) return fail("cannot read '" + o.file + "': " + std::strerror(EISDIR));
     text = ss.str();
   }
   auto file = troupe::model::gguf_file::open(o.model);
