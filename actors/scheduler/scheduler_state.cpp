@@ -454,6 +454,14 @@ void scheduler_state::apply(const step_result& r, int64_t now_us) {
         s.suspect = false;
         erase_value(suspects_, e.id);
       }
+      if (s.req.deadline_us > 0 && now_us >= s.req.deadline_us) {
+        // Sampled after the deadline: not delivered. One that has no token yet fails as one
+        // still queued does (HTTP 504), whatever step its prompt's prefill ended in.
+        --s.pending_samples;
+        s.spec_inflight = false;
+        expire_one(e.id);
+        continue;
+      }
       if (e.proposed > 0) apply_speculation(s, e, *t);
       else take_sample(s, *t);
       if (!seqs_.count(e.id)) continue;
@@ -570,13 +578,17 @@ void scheduler_state::expire(int64_t now_us) {
   for (const auto& [id, s] : seqs_)
     if (!s.pad && s.req.deadline_us > 0 && now_us >= s.req.deadline_us) late.push_back(id);
   std::sort(late.begin(), late.end());
-  for (auto id : late) {
-    const auto& s = seqs_.at(id);
-    if (s.started)
-      finish(id, finish::deadline);
-    else
-      fail(id, errc::deadline, "the request's deadline passed while it was queued");
-  }
+  for (auto id : late) expire_one(id);
+}
+
+void scheduler_state::expire_one(uint64_t id) {
+  const auto& s = seqs_.at(id);
+  if (s.req.generated_before + s.generated > 0)
+    finish(id, finish::deadline);
+  else if (s.started)
+    fail(id, errc::deadline, "the request's deadline passed during its prompt's prefill, before its first token");
+  else
+    fail(id, errc::deadline, "the request's deadline passed while it was queued");
 }
 
 seq_figures scheduler_state::figures_of(const seq& s) const {

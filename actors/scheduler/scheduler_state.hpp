@@ -182,6 +182,8 @@ class scheduler_state {
   // Appends a sampled token; false when it ended the sequence (removed, or padding).
   bool take_token(seq& s, int32_t token, float logprob, std::vector<model::token_logprob> top);
   seq_figures figures_of(const seq& s) const;
+  // The deadline passed: finished with what it has, or failed (deadline) before its first token.
+  void expire_one(uint64_t id);
   // The guesses `s` feeds after its last token this step (none: it decodes one token), at most
   // `room` of them; n_running is the step's batch so far.
   std::vector<int32_t> proposal_for(seq& s, int32_t room, int32_t n_running);

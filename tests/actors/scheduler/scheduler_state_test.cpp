@@ -352,6 +352,23 @@ TEST(scheduler_state, deadlines_fail_queued_and_finish_running) {
   EXPECT_EQ(h.sched.kv().pool().available(), fo.n_blocks);
 }
 
+// A deadline that passes while the prompt's prefill runs: the token that step sampled is not
+// delivered, and the request fails (deadline) as one still queued does, not a done with 0 tokens
+// or a first token past its deadline.
+TEST(scheduler_state, a_deadline_passed_during_prefill_fails_without_a_token) {
+  fake_options fo;
+  harness h(fo, cfg(64, /*seqs*/ 1));
+  auto a = req(1, prompt_of(1, 5), 100);
+  a.deadline_us = h.now + 1;
+  h.sched.enqueue(a, h.now);
+  h.run();
+  ASSERT_TRUE(h.failed.count(1));
+  EXPECT_EQ(h.failed[1].code, errc::deadline);
+  EXPECT_TRUE(h.tokens[1].empty());
+  EXPECT_FALSE(h.finished.count(1));
+  EXPECT_EQ(h.sched.kv().pool().available(), fo.n_blocks);
+}
+
 TEST(scheduler_state, executor_reset_fails_started_and_keeps_queued) {
   fake_options fo;
   harness h(fo, cfg(64, /*seqs*/ 1));
