@@ -185,7 +185,7 @@ std::string done_frame(std::string_view id, const actors::done_event& d, const s
 }
 
 std::string error_frame(std::string_view id, std::string_view code, std::string_view message,
-                        std::string_view param) {
+                        std::string_view param, int64_t retry_after_ms) {
   json_writer w;
   w.begin_object().field("type", "error");
   w.key("id");
@@ -193,6 +193,7 @@ std::string error_frame(std::string_view id, std::string_view code, std::string_
   w.field("code", code).field("message", message);
   w.key("param");
   if (param.empty()) w.null(); else w.value(param);
+  if (retry_after_ms > 0) w.field("retry_after_ms", retry_after_ms);
   w.end_object();
   return w.take();
 }
@@ -201,7 +202,8 @@ std::string error_frame(std::string_view id, const api_error& e) { return error_
 
 std::string pipeline_error_frame(std::string_view id, const actors::error_event& e, std::string_view input_field,
                                  std::string_view max_tokens_field, std::string_view constraint_field) {
-  return error_frame(id, from_pipeline_error(e, input_field, max_tokens_field, constraint_field));
+  const api_error a = from_pipeline_error(e, input_field, max_tokens_field, constraint_field);
+  return error_frame(id, a.code, a.message, a.param, e.retry_after_ms);
 }
 
 std::string pong_frame(std::string_view id) {

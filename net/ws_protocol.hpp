@@ -54,9 +54,10 @@ std::string token_logprobs_json(std::string_view piece, float logprob,
 std::string done_frame(std::string_view id, const actors::done_event& d,
                        const std::vector<actors::tool_call>& calls = {});
 // {"type":"error","id":..,"code":..,"message":..,"param":..}: `id` and `param` (the field at
-// fault) are null when empty.
+// fault) are null when empty; `retry_after_ms` (overloaded, rate_limited: when to try again, as
+// HTTP's Retry-After) only when set.
 std::string error_frame(std::string_view id, std::string_view code, std::string_view message,
-                        std::string_view param = {});
+                        std::string_view param = {}, int64_t retry_after_ms = 0);
 std::string error_frame(std::string_view id, const api_error& e);
 // The error frame of a generate's pipeline error (admission's refusals, a prompt over the
 // context, ...): the HTTP codec's mapping (from_pipeline_error) gives its `param`, with the

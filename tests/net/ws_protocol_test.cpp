@@ -282,4 +282,8 @@ TEST(ws_protocol, a_pipeline_error_names_the_field_the_frame_spelt) {
   auto busy = p.parse(pipeline_error_frame("b", {1, "overloaded", "the queue is full", 500}, mt.frame->input_field, mt.frame->max_tokens_field));
   EXPECT_EQ(std::string_view(busy["code"]), "overloaded");
   EXPECT_TRUE(busy["param"].is_null());
+  EXPECT_EQ(int64_t(busy["retry_after_ms"]), 500);  // when to try again, as HTTP's Retry-After
+  const std::string plain = pipeline_error_frame("b", {1, "invalid_request", "top_p must be in (0, 1]", 0}, "prompt",
+                                                 "max_tokens");
+  EXPECT_EQ(plain.find("retry_after_ms"), std::string::npos) << plain;  // only when the refusal has one
 }
