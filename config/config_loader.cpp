@@ -206,6 +206,19 @@ void check(const troupe_config& c, const config_registries& r, reader& rd) {
     rd.fail_key(rd.node_of("admission.default_max_tokens") ? "admission.default_max_tokens" : "admission.max_tokens_cap",
                 "admission.default_max_tokens (" + std::to_string(p.admission.default_max_tokens) +
                     ") exceeds admission.max_tokens_cap (" + std::to_string(p.admission.max_tokens_cap) + ")");
+  // The admin token opens /admin/*: an API key that equals it would open them to a client.
+  const auto& keys = c.server.api_keys;
+  if (!c.server.admin_token.empty() && std::find(keys.begin(), keys.end(), c.server.admin_token) != keys.end())
+    rd.fail_key("auth.admin_token", "auth.admin_token equals one of auth.api_keys: give the admin its own token");
+  // An unnamed key's tenant is "key<its index>": a tenant named so on another key would share its
+  // rate buckets, quotas and cache scope without saying so.
+  for (size_t i = 0; i < c.server.api_key_tenants.size(); ++i) {
+    const std::string& t = c.server.api_key_tenants[i];
+    if (t.size() > 3 && t.compare(0, 3, "key") == 0 && t != "key" + std::to_string(i) &&
+        std::all_of(t.begin() + 3, t.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      rd.fail_key("auth.api_keys", "auth.api_keys[" + std::to_string(i) + "].tenant '" + t +
+                                       "' is the name an unnamed key gets (key<its index>): name this tenant otherwise");
+  }
 }
 
 }  // namespace

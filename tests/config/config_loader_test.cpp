@@ -220,6 +220,18 @@ TEST(ConfigLoader, KeysThatMustAgree) {
                   "t.toml:3:22: admission.default_max_tokens: admission.default_max_tokens (200) exceeds admission.max_tokens_cap (100)"));
 }
 
+TEST(ConfigLoader, TheAdminTokenAndTenantNamesStandApart) {
+  EXPECT_TRUE(has(error_of("[auth]\nadmin_token = \"k\"\n[[auth.api_keys]]\nkey = \"k\"\n"),
+                  "auth.admin_token equals one of auth.api_keys"));
+  // key0 is the first key's tenant when it names none: another key may not take that name.
+  EXPECT_TRUE(has(error_of("[[auth.api_keys]]\nkey = \"a\"\n[[auth.api_keys]]\nkey = \"b\"\ntenant = \"key0\"\n"),
+                  "auth.api_keys[1].tenant 'key0' is the name an unnamed key gets"));
+  EXPECT_TRUE(parse_config("[[auth.api_keys]]\nkey = \"a\"\ntenant = \"key0\"\n[[auth.api_keys]]\nkey = \"b\"\n"
+                           "tenant = \"keyboard\"\n",
+                           "t.toml")
+                  .ok());
+}
+
 TEST(ConfigLoader, ApiKeyEntriesAreChecked) {
   EXPECT_TRUE(has(error_of("[[auth.api_keys]]\ntenant = \"a\"\n"), "t.toml:1:1: auth.api_keys[0]: missing 'key'"));
   EXPECT_TRUE(has(error_of("[[auth.api_keys]]\nkey = \"k\"\n[[auth.api_keys]]\nkey = \"k\"\n"),
