@@ -27,6 +27,20 @@ constexpr int64_t max_enumerated_integers = 1000;
 constexpr int64_t integer_written = 9'999'999'999'999'999;
 constexpr int64_t integer_far = 100'000'000'000'000'000;
 
+// A schema's `type`: one name or a list of names (checked to be so already); none when absent.
+std::vector<std::string> type_names(const simdjson::dom::object& schema) {
+  std::vector<std::string> types;
+  element t;
+  if (schema["type"].get(t)) return types;
+  if (t.type() == element_type::STRING) {
+    types.emplace_back(t.get_string().value_unsafe());
+  } else {
+    const simdjson::dom::array names = t.get_array().value_unsafe();
+    for (auto x : names) types.emplace_back(x.get_string().value_unsafe());
+  }
+  return types;
+}
+
 // Whether a JSON value is of a JSON Schema type ("integer": a number without a fraction).
 bool has_type(const element& v, std::string_view type) {
   switch (v.type()) {
@@ -288,16 +302,7 @@ class generator {
       // left out; none left is a schema nothing satisfies, refused.
       for (auto k : keys)
         if (k != "enum" && k != "type") return fail("'enum' together with '" + std::string(k) + "' is not supported", ptr);
-      std::vector<std::string> types;
-      element t;
-      if (!obj["type"].get(t)) {
-        if (t.type() == element_type::STRING) {
-          types.emplace_back(t.get_string().value_unsafe());
-        } else {
-          const simdjson::dom::array names = t.get_array().value_unsafe();
-          for (auto x : names) types.emplace_back(x.get_string().value_unsafe());
-        }
-      }
+      const std::vector<std::string> types = type_names(obj);
       const simdjson::dom::array values = obj["enum"].get_array().value_unsafe();
       std::string alts;
       for (auto v : values)
@@ -342,26 +347,20 @@ class generator {
 
     // type: one name, a list of names, or inferred from the keywords present. (Keyword values
     // are of their kind from here on: the loop above refused any other.)
-    std::vector<std::string> types;
-    element t;
-    if (!obj["type"].get(t)) {
-      if (t.type() == element_type::STRING) {
-        types.emplace_back(t.get_string().value_unsafe());
+    std::vector<std::string> types = type_names(obj);
+    if (types.empty()) {
+      if (has("properties") || has("additionalProperties") || has("required")) {
+        types = {"object"};
+      } else if (has("items") || has("prefixItems") || has("minItems") || has("maxItems")) {
+        types = {"array"};
+      } else if (has("minLength") || has("maxLength") || has("format") || has("pattern")) {
+        types = {"string"};
+      } else if (has("minimum") || has("maximum") || has("exclusiveMinimum") || has("exclusiveMaximum")) {
+        types = {"number"};
       } else {
-        const simdjson::dom::array names = t.get_array().value_unsafe();
-        for (auto x : names) types.emplace_back(x.get_string().value_unsafe());
+        out = any_value_rule(0);
+        return {};
       }
-    } else if (has("properties") || has("additionalProperties") || has("required")) {
-      types = {"object"};
-    } else if (has("items") || has("prefixItems") || has("minItems") || has("maxItems")) {
-      types = {"array"};
-    } else if (has("minLength") || has("maxLength") || has("format") || has("pattern")) {
-      types = {"string"};
-    } else if (has("minimum") || has("maximum") || has("exclusiveMinimum") || has("exclusiveMaximum")) {
-      types = {"number"};
-    } else {
-      out = any_value_rule(0);
-      return {};
     }
     std::string alts;
     for (const auto& ty : types) {

@@ -78,41 +78,42 @@ TEST(ConfigReloader, ADirectoryInPlaceOfTheFileIsRefusedByName) {
   EXPECT_EQ(reloader.version(), 1);
 }
 
-// An empty file (an editor's save caught half-way) would turn every hot key back to its default.
-TEST(ConfigReloader, AnEmptyFileIsRefused) {
-  const std::string path = ::testing::TempDir() + "/troupe_config_reloader_empty.toml";
-  {
-    std::ofstream out(path);
-    out << "\n  \n";
-  }
-  config_reloader reloader(running_config(), path, "", {});
+// A reload of a file holding `text` (removed afterwards), with an apply that only counts.
+struct refused_reload {
+  reload_result result;
   int applies = 0;
-  const auto r = reloader.reload([&](const troupe_config&, const std::set<std::string>&) -> result<std::vector<std::string>> {
-    ++applies;
+  std::string path;
+};
+refused_reload reload_text(const std::string& name, const std::string& text) {
+  refused_reload out;
+  out.path = ::testing::TempDir() + "/" + name;
+  {
+    std::ofstream f(out.path);
+    f << text;
+  }
+  config_reloader reloader(running_config(), out.path, "", {});
+  out.result = reloader.reload([&](const troupe_config&, const std::set<std::string>&) -> result<std::vector<std::string>> {
+    ++out.applies;
     return std::vector<std::string>{};
   });
-  std::remove(path.c_str());
-  EXPECT_FALSE(r.ok);
-  EXPECT_EQ(applies, 0);
-  EXPECT_NE(r.error.find(path + " is empty"), std::string::npos) << r.error;
+  std::remove(out.path.c_str());
+  return out;
+}
+
+// An empty file (an editor's save caught half-way) would turn every hot key back to its default.
+TEST(ConfigReloader, AnEmptyFileIsRefused) {
+  const auto r = reload_text("troupe_config_reloader_empty.toml", "\n  \n");
+  EXPECT_FALSE(r.result.ok);
+  EXPECT_EQ(r.applies, 0);
+  EXPECT_NE(r.result.error.find(r.path + " is empty"), std::string::npos) << r.result.error;
 }
 
 TEST(ConfigReloader, AnUnknownRoutingPolicyIsRefusedWithItsKeyBeforeAnyApply) {
-  const std::string path = ::testing::TempDir() + "/troupe_config_reloader_router.toml";
-  {
-    std::ofstream out(path);
-    out << "[router]\npolicy = \"nope\"\n";
-  }
-  config_reloader reloader(running_config(), path, "", {});
-  int applies = 0;
-  const auto r = reloader.reload([&](const troupe_config&, const std::set<std::string>&) -> result<std::vector<std::string>> {
-    ++applies;
-    return std::vector<std::string>{};
-  });
-  std::remove(path.c_str());
-  EXPECT_FALSE(r.ok);
-  EXPECT_EQ(applies, 0);
-  EXPECT_NE(r.error.find(path + ":2:10: router.policy: unknown routing policy 'nope' (known: "), std::string::npos) << r.error;
+  const auto r = reload_text("troupe_config_reloader_router.toml", "[router]\npolicy = \"nope\"\n");
+  EXPECT_FALSE(r.result.ok);
+  EXPECT_EQ(r.applies, 0);
+  EXPECT_NE(r.result.error.find(r.path + ":2:10: router.policy: unknown routing policy 'nope' (known: "), std::string::npos)
+      << r.result.error;
 }
 
 TEST(ConfigDiff, WithRestartKeysOfSplitsAReloadInTwo) {
