@@ -161,6 +161,7 @@ int run_pipelined(const generate_options& o, const loaded_model& m, const std::v
 
 int run_generate(const generate_options& o) {
   if (o.max_tokens < 1) return fail("--max-tokens must be at least 1");
+  if (!o.system.empty() && !o.chat) return fail("--system needs --chat (a system message is part of the chat template)");
   if (auto s = o.sampling.validate(); !s) return fail(s.error());
   auto speculative = speculative_of(o);
   if (!speculative) return fail(speculative.error());
@@ -266,7 +267,7 @@ troupe::app::register_command reg("generate", "Generate text from a prompt with 
   sub.add_option("--repeat-penalty", o->sampling.repetition_penalty, "Repetition penalty (1 = off)");
   sub.add_option("--frequency-penalty", o->sampling.frequency_penalty, "Frequency penalty");
   sub.add_option("--presence-penalty", o->sampling.presence_penalty, "Presence penalty");
-  sub.add_option("--seed,-s", o->sampling.seed, "Random seed (same seed and prompt, same output)");
+  sub.add_option("--seed,-s", o->sampling.seed, "Random seed (same seed and prompt, same output; a negative one wraps, as the API's seed does)");
   sub.add_option("--stop", o->stops, "Stop string (repeatable)");
   sub.add_option("--threads", o->threads, "Threads (0 = all cores)")->check(CLI::Range(0, 1024));
   sub.add_option("--matmul", o->matmul, "Quantized matmul order: llama.cpp (bit-exact) or fast")->capture_default_str();

@@ -1,7 +1,7 @@
 // `troupe generate --speculative`, the program itself on SmolLM2-135M: on a copy-heavy greedy
 // chat prompt the text is the same as with --speculative off (the engine directly), and the
 // timing line says what was proposed and accepted; bad speculative options are errors that name
-// the problem, before any model is loaded.
+// the problem, before any model is loaded (so does a --system message without --chat).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -89,4 +89,10 @@ TEST(cmd_generate_real_model, bad_speculative_options_name_the_problem) {
   r = generate(common + " --speculative ngram --special");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("--special"), std::string::npos) << r.err;
+}
+
+TEST(cmd_generate_real_model, a_system_message_without_chat_is_an_error_not_ignored) {
+  auto r = generate("-m /nonexistent.gguf -p hi --system 'Answer in French.'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--system needs --chat"), std::string::npos) << r.err;
 }
