@@ -138,6 +138,7 @@ void read_content(reader& r, std::string_view k, const std::string& at, bool ass
       r.err = pr.err;
       return;
     }
+    if (j > 1) out += '\n';  // parts joined by a line break, as chat messages' parts are
     out += piece;
   }
   if (j == 0 && !assistant)

@@ -581,8 +581,7 @@ void read_messages(reader& r, actors::request_spec& s) {
       if (content->is_string()) {
         cm.content = std::string(std::string_view(*content));
       } else if (content->is_array()) {
-        // An empty list of parts is no content (OpenAI refuses it too); an answer that only
-        // calls tools may have none.
+        // An empty list of parts is no content (OpenAI refuses it too), but for a tool-calling answer.
         if (dom::array(*content).size() == 0 && cm.role != "assistant")
           mr.err = bad_request("'" + at + "content' must not be an empty array", at + "content");
         size_t j = 0;
@@ -613,6 +612,7 @@ void read_messages(reader& r, actors::request_spec& s) {
             mr.err = pr.err;
             break;
           }
+          if (j > 1) cm.content += '\n';  // parts joined by a line break, as llama.cpp and vLLM join them
           cm.content += text;
         }
       } else {

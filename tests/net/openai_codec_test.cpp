@@ -453,7 +453,7 @@ TEST(openai, non_text_content_parts_are_named) {
             "messages[0].content[0].cache_control");
   auto two = parse_openai_request(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})", true);
   ASSERT_TRUE(two.request) << two.error.message;
-  EXPECT_EQ(two.request->spec.messages[0].content, "ab");
+  EXPECT_EQ(two.request->spec.messages[0].content, "a\nb") << "parts are joined by a line break, as llama.cpp and vLLM join them";
   // As OpenAI: a part says what it is (a part without `type` is not taken for text).
   auto untyped = parse_openai_request(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"text":"b"}]}]})", true);
   ASSERT_FALSE(untyped.request);

@@ -71,7 +71,7 @@ TEST(responses_codec, input_items_become_messages_and_calls_fold) {
   const auto& m = p.request->chat.spec.messages;
   ASSERT_EQ(m.size(), 5u);
   EXPECT_EQ(m[0].role, "system");
-  EXPECT_EQ(m[1].content, "ab");
+  EXPECT_EQ(m[1].content, "a\nb");
   EXPECT_EQ(m[2].role, "assistant");
   EXPECT_EQ(m[2].content, "let me look");
   ASSERT_EQ(m[2].tool_calls.size(), 2u);
