@@ -12,6 +12,10 @@
 // is the model itself (labelled "draft=self": its guesses are near 100% right but each costs a
 // full model forward, so it shows the mechanism's overhead, not what a small draft buys);
 // --draft-model names another.
+// Under each prompt set's batch-1 rows, the lookup bound (actors/scheduler/speculative/
+// lookup_bound.hpp): of off's own greedy outputs, how many tokens any prompt-lookup proposer
+// could have had accepted at best, and so how many tokens a step could yield: a speedup target
+// above that is out of reach of ngram and suffix on this model, whatever their tuning.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -25,8 +29,10 @@
 
 #include "actors/client.hpp"
 #include "actors/runtime.hpp"
+#include "actors/scheduler/speculative/lookup_bound.hpp"
 #include "actors/scheduler/speculative/proposer.hpp"
 #include "actors/supervisor/pipeline.hpp"
+#include "actors/text_codec.hpp"
 #include "app/bench_command.hpp"
 #include "bench/cpu_name.hpp"
 #include "model/llama_model.hpp"
@@ -93,11 +99,13 @@ struct cell {
   int64_t tokens = 0, proposed = 0, accepted = 0;
   int errors = 0;
   std::vector<std::string> texts;
+  std::vector<std::vector<int32_t>> ids;  // each request's output tokens
 };
 
 // One request's figures, from its stream.
 struct one {
   std::string text;
+  std::vector<int32_t> ids;
   int32_t tokens = 0, proposed = 0, accepted = 0;
   double rate = 0;
   bool error = false;
@@ -111,6 +119,7 @@ one read(stream& s) {
     if (auto* t = std::get_if<token_event>(&*e)) {
       if (!seen) first = clock_type::now(), seen = true;
       r.text += t->text;
+      r.ids.push_back(t->token);
     } else if (auto* d = std::get_if<done_event>(&*e)) {
       const double span = std::chrono::duration<double>(clock_type::now() - first).count();
       r.text += d->text;
@@ -129,9 +138,16 @@ one read(stream& s) {
   return r;
 }
 
+chat_message user_message(const std::string& prompt) {
+  chat_message m;
+  m.role = "user";
+  m.content = prompt;
+  return m;
+}
+
 request_spec make_request(const std::string& prompt, int tokens) {
   request_spec s;
-  s.messages = {{"user", prompt}};
+  s.messages = {user_message(prompt)};
   s.max_tokens = tokens;
   s.cache = cache::cache_choice::refused;
   return s;
@@ -162,16 +178,47 @@ cell drive(pipeline& p, const std::vector<std::string>& prompts, int batch, int 
     c.errors += r.error ? 1 : 0;
     c.decode_rate += r.rate;
     c.texts.push_back(r.text);
+    c.ids.push_back(r.ids);
   }
   c.decode_rate /= static_cast<double>(std::max<size_t>(1, res.size()));
   c.agg_rate = wall > 0 ? static_cast<double>(c.tokens) / wall : 0;
   return c;
 }
 
+// The lookup bound of off's batch-1 outputs (their prompts as the pipeline encodes them), at the
+// run's k and at 2k, against what each method kept in its fastest round.
+void print_lookup_bound(const text_codec& codec, const std::vector<std::string>& prompts,
+                        const std::vector<std::vector<int32_t>>& off_ids, const speculative_config& c,
+                        const std::vector<std::string>& methods, const std::vector<cell>& best) {
+  for (const int32_t k : {c.k, 2 * c.k}) {
+    lookup_bound_result all;
+    for (size_t i = 0; i < prompts.size() && i < off_ids.size(); ++i) {
+      auto prompt = codec.encode_chat({user_message(prompts[i])});
+      if (!prompt) return (void)std::printf("  lookup bound: %s\n", prompt.error().c_str());
+      const auto b = lookup_bound(*prompt, off_ids[i], c.ngram_min, k);
+      all.tokens += b.tokens;
+      all.steps += b.steps;
+    }
+    std::printf("  lookup bound, k=%d, matches of >= %d tokens: at most %lld of %lld tokens from guesses, %.2f tokens a step\n",
+                k, c.ngram_min, static_cast<long long>(all.guessed()), static_cast<long long>(all.tokens),
+                all.tokens_per_step());
+  }
+  std::printf("  kept:");
+  for (size_t mi = 1; mi < methods.size(); ++mi)
+    std::printf(" %s %lld of %lld%s", methods[mi].c_str(), static_cast<long long>(best[mi].accepted),
+                static_cast<long long>(best[mi].tokens), mi + 1 < methods.size() ? "," : "");
+  std::printf("\n");
+}
+
 int run_spec_bench(const spec_options& o) {
   auto m = model::llama_model::load(o.model);
   if (!m) {
     std::fprintf(stderr, "error: %s\n", m.error().c_str());
+    return 1;
+  }
+  auto codec = make_gguf_codec(m.value()->file());
+  if (!codec) {
+    std::fprintf(stderr, "error: %s\n", codec.error().c_str());
     return 1;
   }
   const auto order = model::parse_matmul_order(o.matmul);
@@ -210,6 +257,7 @@ int run_spec_bench(const spec_options& o) {
       std::vector<cell> best(methods.size());
       std::vector<std::vector<double>> ratios(methods.size());  // per round: the rate over off's in that round
       std::vector<std::string> off_texts;
+      std::vector<std::vector<int32_t>> off_ids;
       double last_off_rate = 0;
       for (int round = 0; round < o.repeat; ++round)
         for (size_t mi = 0; mi < methods.size(); ++mi) {
@@ -234,7 +282,7 @@ int run_spec_bench(const spec_options& o) {
           drive(**p, {"Hello."}, 1, 4);  // warm-up: the threads started, the pages touched
           auto c = drive(**p, *st.prompts, b, o.tokens);
           (*p)->stop();
-          if (methods[mi] == "off" && off_texts.empty()) off_texts = c.texts;
+          if (methods[mi] == "off" && off_texts.empty()) off_texts = c.texts, off_ids = c.ids;
           if (c.errors || (!off_texts.empty() && c.texts != off_texts)) {
             ++failures;
             std::printf("  %s batch %d %s: %s\n", st.name, b, methods[mi].c_str(),
@@ -260,6 +308,7 @@ int run_spec_bench(const spec_options& o) {
                     c.proposed > 0 ? 100.0 * c.accepted / c.proposed : 0.0, median, r.empty() ? 0.0 : r.front(),
                     r.empty() ? 0.0 : r.back());
       }
+      if (b == 1) print_lookup_bound(**codec, *st.prompts, off_ids, defaults, methods, best);
       std::fflush(stdout);
     }
   return failures == 0 ? 0 : 1;
