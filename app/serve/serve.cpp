@@ -127,6 +127,7 @@ class pipeline_inference : public net::inference {
   }
 
   std::string pipeline_metrics() const override {
+    await_fresh_figures();
     std::string extra = extra_metrics_ ? extra_metrics_() : std::string();
     std::lock_guard<std::mutex> lock(mu_);
     return gauges_ + router_gauges_ + extra;
@@ -184,6 +185,7 @@ class pipeline_inference : public net::inference {
   }
 
   std::string health_details() const override {
+    await_fresh_figures();
     std::lock_guard<std::mutex> lock(mu_);
     return router_health_ + (router_health_.empty() || health_.empty() ? "" : ",") + health_;
   }
@@ -264,6 +266,29 @@ class pipeline_inference : public net::inference {
   actors::pipeline* current_pipeline() {
     std::lock_guard<std::mutex> lock(mu_);
     return pipeline_.get();
+  }
+
+  // /metrics and /health answer with figures gathered after they were asked, so that a client
+  // that reads them right after its answer sees its sequence and KV blocks gone (not the
+  // poller's last round, up to 2 s old): each asks the poller (`wake`) for a round and waits for
+  // it, at most fresh_wait (a pipeline too busy to answer: the last figures). Rounds are shared:
+  // every request asked before a round began is answered by it.
+  static constexpr auto fresh_wait = std::chrono::milliseconds(500);
+  void set_refresher(std::function<void()> wake) {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake_ = std::move(wake);
+  }
+  uint64_t asked() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return asked_;
+  }
+  // A round that began when asked() was `upto` is done.
+  void refreshed(uint64_t upto) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      served_ = std::max(served_, upto);
+    }
+    fresh_cv_.notify_all();
   }
 
   // Blocking stats calls, kept off the I/O threads: a poller refreshes the gauges.
@@ -364,6 +389,20 @@ class pipeline_inference : public net::inference {
   std::string router_health_;
   std::string unavailable_;  // unavailable()'s answer, from the router's last figures
   bool busy_since_trim_ = false;  // the poller thread's
+  std::function<void()> wake_;
+  mutable uint64_t asked_ = 0, served_ = 0;  // rounds asked for, and answered (set_refresher)
+  mutable std::condition_variable fresh_cv_;
+
+  void await_fresh_figures() const {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!wake_) return;
+    const uint64_t mine = ++asked_;
+    auto wake = wake_;
+    lock.unlock();
+    wake();
+    lock.lock();
+    fresh_cv_.wait_for(lock, fresh_wait, [&] { return served_ >= mine; });
+  }
   std::function<void(const std::string&, std::function<void(admin_reply)>)> admin_;
   std::function<std::string()> extra_metrics_;
   // /tokenize, /detokenize and /v1/embeddings.
@@ -500,6 +539,7 @@ struct serve_instance::impl {
   std::string load_error;
   bool stopping = false;
   bool stopped = false;
+  bool figures_wanted = false;  // poll(): a request waits for fresh figures
 
   explicit impl(serve_options o) :
       opts(std::move(o)),
@@ -549,14 +589,18 @@ struct serve_instance::impl {
     auto next_full = steady_clock::now();
     std::unique_lock<std::mutex> lock(mu);
     while (!stopping) {
+      const bool wanted = figures_wanted;  // a /metrics or /health request waits for this round
+      figures_wanted = false;
       lock.unlock();
-      if (steady_clock::now() >= next_full) {
+      const uint64_t asked = inf.asked();
+      if (wanted || steady_clock::now() >= next_full) {
         inf.refresh_gauges();
         next_full = steady_clock::now() + full_every;
       }
       inf.refresh_router();
+      inf.refreshed(asked);
       lock.lock();
-      cv.wait_for(lock, router_every, [&] { return stopping; });
+      cv.wait_for(lock, router_every, [&] { return stopping || figures_wanted; });
     }
   }
 
@@ -594,6 +638,11 @@ result<std::unique_ptr<serve_instance>> serve_instance::start(serve_options o) {
   if (auto s = i->srv->start(); !s) return make_error(s.error());
   auto* raw = i.get();
   i->loader = std::thread([raw] { raw->load(); });
+  raw->inf.set_refresher([raw] {
+    std::lock_guard<std::mutex> lock(raw->mu);
+    raw->figures_wanted = true;
+    raw->cv.notify_all();
+  });
   i->poller = std::thread([raw] { raw->poll(); });
   std::unique_ptr<serve_instance> inst(new serve_instance(std::move(i)));
   if (raw->opts.admin) {
