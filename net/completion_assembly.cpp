@@ -123,18 +123,23 @@ void completion_assembly::on_token(step& s, size_t i, const actors::token_event&
     }
     return stream_tool_deltas(s, i, ds, logprobs_ ? &lp : nullptr);
   }
-  if (logprobs_) {
-    c.held_logprobs.add(logprob_entry(*inf_, t));
-    lp = c.held_logprobs.release(t.text);
-  }
+  if (logprobs_) c.held_logprobs.add(logprob_entry(*inf_, t));
   if (!streaming_) {
+    if (logprobs_) lp = c.held_logprobs.release(t.text);
     c.text += t.text;
     for (auto& e : lp) c.logprobs.push_back(std::move(e));
     return;
   }
-  if (t.text.empty()) return;
+  // A chunk brings its text's entries: text that starts a token waits for its entry.
+  std::string text = t.text;
+  if (logprobs_) {
+    auto piece = c.held_logprobs.release_aligned(t.text);
+    text = std::move(piece.text);
+    lp = std::move(piece.entries);
+  }
+  if (text.empty() && lp.empty()) return;
   ensure_head(s);
-  queue_text_chunk(s, i, t.text, lp);
+  queue_text_chunk(s, i, text, lp);
 }
 
 // A streamed chunk of choice i's text with the logprobs of the tokens that made it.
@@ -186,13 +191,19 @@ void completion_assembly::on_final(step& s, size_t i, const actors::event& e) {
     // The held text that comes out at the end brings its tokens' logprobs; a stop string that
     // cut the text inside a token cuts its entry (logprob_cover).
     std::vector<token_logprob_entry> lp;
-    if (logprobs_) lp = c.held_logprobs.finish(d->text);
     if (!streaming_) {
+      if (logprobs_) lp = c.held_logprobs.finish(d->text);
       c.text += d->text;
       for (auto& x : lp) c.logprobs.push_back(std::move(x));
     } else {
+      std::string text = d->text;
+      if (logprobs_) {
+        auto piece = c.held_logprobs.finish_aligned(d->text);
+        text = std::move(piece.text);
+        lp = std::move(piece.entries);
+      }
       ensure_head(s);
-      if (!d->text.empty() || !lp.empty()) queue_text_chunk(s, i, d->text, lp);
+      if (!text.empty() || !lp.empty()) queue_text_chunk(s, i, text, lp);
       chunk_spec cs;
       cs.index = static_cast<int32_t>(i);
       cs.finish_reason = d->finish_reason;

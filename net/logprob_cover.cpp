@@ -1,5 +1,7 @@
 #include "net/logprob_cover.hpp"
 
+#include <algorithm>
+
 namespace troupe::net {
 
 namespace {
@@ -34,6 +36,28 @@ std::vector<token_logprob_entry> logprob_cover::finish(std::string_view text) {
   }
   held_.clear();
   released_.clear();
+  return out;
+}
+
+logprob_cover::aligned_piece logprob_cover::release_aligned(std::string_view text) {
+  aligned_piece out;
+  out.text = std::move(withheld_);
+  out.text += text;
+  out.entries = release(text);
+  // released_ is now the start of the first held token's bytes, the end of the text so far
+  // (withheld_ was released_ before this call): it waits for the rest of that token.
+  const size_t wait = std::min(released_.size(), out.text.size());
+  withheld_ = out.text.substr(out.text.size() - wait);
+  out.text.resize(out.text.size() - wait);
+  return out;
+}
+
+logprob_cover::aligned_piece logprob_cover::finish_aligned(std::string_view text) {
+  aligned_piece out;
+  out.text = std::move(withheld_);
+  out.text += text;
+  withheld_.clear();
+  out.entries = finish(text);
   return out;
 }
 

@@ -8,6 +8,11 @@
 // logprobs cover exactly the text returned). Where the text is not the tokens' bytes (a special
 // token, which writes no text; a leading space the detokenizer drops; U+FFFD for bytes that are
 // not UTF-8), the entries held go out with the text that comes, as they are.
+//
+// A stream sends text and entries in the same chunk: the `aligned` calls also hold back the
+// released text that only starts a token (" P" of " Paris" while "aris" might be a stop string)
+// until that token's entry goes out, so that no chunk brings text whose entry comes in a later
+// one (docs/protocol.md: each chunk carries the logprobs of the tokens whose text it brings).
 #include <deque>
 #include <string>
 #include <string_view>
@@ -27,9 +32,19 @@ class logprob_cover {
   // its kept bytes); nothing is held afterwards.
   std::vector<token_logprob_entry> finish(std::string_view text);
 
+  struct aligned_piece {
+    std::string text;                         // what to send now
+    std::vector<token_logprob_entry> entries;  // the entries of exactly that text
+  };
+  // As release and finish, for a stream: the text held back before comes out with its entry.
+  // Use one kind of call per cover.
+  aligned_piece release_aligned(std::string_view text);
+  aligned_piece finish_aligned(std::string_view text);
+
  private:
   std::deque<token_logprob_entry> held_;
   std::string released_;  // text released beyond the pieces of the entries given out: the start of held_'s first
+  std::string withheld_;  // the aligned calls: released text not sent yet (released_'s bytes)
 };
 
 }  // namespace troupe::net

@@ -308,7 +308,9 @@ void write_chat_logprobs(json_writer& w, const std::vector<token_logprob_entry>&
 
 // completions: {"tokens":[..],"token_logprobs":[..],"top_logprobs":[{piece: lp}],"text_offset":[..]}.
 // Two alternatives with the same text (two partial UTF-8 pieces both shown as U+FFFD) keep the
-// first: an object's keys must differ.
+// first: an object's keys must differ. As OpenAI's legacy API (and vLLM): the sampled token is
+// always among its alternatives, so an object has up to logprobs + 1 keys (a token cut by a stop
+// string is there when an alternative is its whole token: same logprob, its text begins the same).
 void write_text_logprobs(json_writer& w, const std::vector<token_logprob_entry>& entries, int64_t offset) {
   w.key("logprobs").begin_object().key("tokens").begin_array();
   for (const auto& e : entries) w.value(e.piece);
@@ -326,6 +328,15 @@ void write_text_logprobs(json_writer& w, const std::vector<token_logprob_entry>&
       shown.push_back(std::move(key));
       w.key(piece);
       write_lp(w, lp);
+    }
+    const bool sampled_shown = std::any_of(e.top.begin(), e.top.end(), [&](const auto& alt) {
+      return alt.second == e.logprob && alt.first.compare(0, e.piece.size(), e.piece) == 0;
+    });
+    json_writer k;
+    k.value(e.piece);
+    if (!sampled_shown && std::find(shown.begin(), shown.end(), k.take()) == shown.end()) {
+      w.key(e.piece);
+      write_lp(w, e.logprob);
     }
     w.end_object();
   }

@@ -403,6 +403,17 @@ def check_completion_logprobs(text, lp, top, offset=0):
         assert max(alts.values()) == pytest.approx(v, abs=1e-5)  # greedy: the best one
 
 
+def test_completion_top_logprobs_hold_the_sampled_token(client):
+    # OpenAI's legacy API: "the API will always return the logprob of the sampled token, so there
+    # may be up to logprobs+1 elements".
+    r = client.completions.create(model=MODEL_NAME, prompt="Once upon a time", max_tokens=12, temperature=1.5, seed=7,
+                                  logprobs=1, extra_body={"cache": False})
+    lp = r.choices[0].logprobs
+    for v, alts in zip(lp.token_logprobs, lp.top_logprobs):
+        assert 1 <= len(alts) <= 2
+        assert any(a == pytest.approx(v, abs=1e-5) for a in alts.values()), (v, alts)
+
+
 def test_completion_logprobs(client):
     r = client.completions.create(model=MODEL_NAME, prompt="The capital of France is", max_tokens=6, temperature=0,
                                   logprobs=2, extra_body={"cache": False})

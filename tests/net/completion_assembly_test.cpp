@@ -311,20 +311,18 @@ TEST(completion_assembly, a_stop_string_inside_a_token_cuts_its_logprob_entry) {
   EXPECT_EQ(str(lp["tokens"].at(1)), " wo");
   EXPECT_DOUBLE_EQ(double(lp["token_logprobs"].at(1)), -0.5);
 
-  // Streamed: " wo" goes out without an entry; the cut entry rides on the last chunk.
+  // Streamed: " wo" only starts its token, so it waits for the token's entry and both go out
+  // in the last chunk (a chunk carries the entries of the text it brings).
   req.stream = true;
   ASSERT_FALSE(a.begin(req, false, 1, inf));
   a.feed(0, token(1, "He", -0.125f));
   auto part = a.feed(0, token(4, " wo", -0.5f));
-  ASSERT_EQ(part.events.size(), 1u);
-  doc p(sse_json(part.events[0]));
-  EXPECT_EQ(str(p["choices"].at(0)["text"]), " wo");
-  EXPECT_EQ(size_of(p["choices"].at(0)["logprobs"]["tokens"]), 0u);
+  EXPECT_EQ(part.events.size(), 0u);
   a.feed(0, token(7, "", -1.0f));
   auto end = a.feed(0, done(actors::finish::stop, ""));
   ASSERT_EQ(end.events.size(), 2u);
   doc e(sse_json(end.events[0]));
-  EXPECT_EQ(str(e["choices"].at(0)["text"]), "");
+  EXPECT_EQ(str(e["choices"].at(0)["text"]), " wo");
   simdjson::dom::element elp = e["choices"].at(0)["logprobs"];
   ASSERT_EQ(size_of(elp["tokens"]), 1u);
   EXPECT_EQ(str(elp["tokens"].at(0)), " wo");
@@ -544,4 +542,32 @@ TEST(completion_assembly, completion_ids_are_prefixed_and_never_repeat) {
   EXPECT_NE(a, b);
   // The same process prefix, a different count.
   EXPECT_EQ(a.substr(0, a.rfind('-')), b.substr(0, b.rfind('-')));
+}
+
+// As OpenAI's legacy API: the sampled token is always among a position's top_logprobs (up to
+// logprobs + 1 of them), also with logprobs = 0 (then it alone).
+TEST(completion_assembly, the_sampled_token_is_among_its_top_logprobs) {
+  fake_inference inf;
+  completion_assembly a;
+  auto req = request(false);
+  req.logprobs = true;
+  ASSERT_FALSE(a.begin(req, false, 1, inf));
+  auto sampled = token(1, "He", -2.5f);  // drawn at temperature 1, not the likeliest
+  sampled.top = {{4, -0.25f}};
+  a.feed(0, sampled);
+  auto likeliest = token(4, " world", -0.25f);
+  likeliest.top = {{4, -0.25f}};  // already there: not twice
+  a.feed(0, likeliest);
+  a.feed(0, token(7, "!", -0.75f));  // logprobs = 0: no alternatives asked for
+  auto whole = a.feed(0, done(actors::finish::length, ""));
+  ASSERT_TRUE(whole.answer);
+  doc d(*whole.answer);
+  simdjson::dom::element top = d["choices"].at(0)["logprobs"]["top_logprobs"];
+  ASSERT_EQ(size_of(top), 3u);
+  EXPECT_EQ(simdjson::dom::object(top.at(0)).size(), 2u);
+  EXPECT_DOUBLE_EQ(double(top.at(0)[" world"]), -0.25);
+  EXPECT_DOUBLE_EQ(double(top.at(0)["He"]), -2.5);
+  EXPECT_EQ(simdjson::dom::object(top.at(1)).size(), 1u);
+  EXPECT_EQ(simdjson::dom::object(top.at(2)).size(), 1u);
+  EXPECT_DOUBLE_EQ(double(top.at(2)["!"]), -0.75);
 }

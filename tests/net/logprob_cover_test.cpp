@@ -1,5 +1,5 @@
 // net/logprob_cover: a token's logprob entry goes out with the text that completes its bytes,
-// and a stop string's cut inside a token cuts its entry.
+// and a stop string's cut inside a token cuts its entry; a stream's text waits for its entry.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -93,3 +93,40 @@ TEST(logprob_cover, text_that_is_not_the_tokens_bytes_takes_the_held_entries_alo
   EXPECT_EQ(cut[0].piece, " bl");
 }
 
+
+TEST(logprob_cover, aligned_calls_hold_text_that_starts_a_token_until_its_entry_goes) {
+  // Stop string "ari": the streamer releases " P" of " Paris", then the stop matches. A stream
+  // must not send " P" in one chunk and its entry in the next.
+  logprob_cover c;
+  c.add(entry(" is", -0.1f));
+  auto a = c.release_aligned(" is");
+  EXPECT_EQ(a.text, " is");
+  EXPECT_EQ(pieces(a.entries), " is|");
+  c.add(entry(" Paris", -0.5f));
+  a = c.release_aligned(" P");
+  EXPECT_EQ(a.text, "");
+  EXPECT_EQ(pieces(a.entries), "");
+  auto end = c.finish_aligned("");
+  EXPECT_EQ(end.text, " P");
+  EXPECT_EQ(pieces(end.entries), " P|");
+
+  // No stop after all: the held bytes come out with the rest of the token and its entry.
+  logprob_cover d;
+  d.add(entry(" blue", -1.0f));
+  EXPECT_EQ(d.release_aligned(" bl").text, "");
+  d.add(entry(",", -2.0f));
+  a = d.release_aligned("ue,");
+  EXPECT_EQ(a.text, " blue,");
+  EXPECT_EQ(pieces(a.entries), " blue|,|");
+  end = d.finish_aligned("");
+  EXPECT_EQ(end.text, "");
+  EXPECT_TRUE(end.entries.empty());
+
+  // Text that is not the tokens' bytes (U+FFFD for a broken character) goes at once, with the
+  // entries held, as release gives them.
+  logprob_cover f;
+  f.add(entry("\xE2\x80", -1.0f));
+  a = f.release_aligned("\xEF\xBF\xBD");
+  EXPECT_EQ(a.text, "\xEF\xBF\xBD");
+  EXPECT_EQ(a.entries.size(), 1u);
+}

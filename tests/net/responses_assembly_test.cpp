@@ -166,13 +166,17 @@ TEST(responses_assembly, streamed_events_are_typed_and_numbered_in_order) {
       EXPECT_EQ(int64_t(d["output_index"]), 0);
       EXPECT_EQ(int64_t(d["content_index"]), 0);
     }
-    if (type == "response.output_text.done") EXPECT_EQ(str(d["text"]), "Hello world");
+    if (type == "response.output_text.done") {
+      EXPECT_EQ(str(d["text"]), "Hello world");
+    }
     if (type == "response.created") {
       EXPECT_EQ(str(d["response"]["status"]), "in_progress");
       EXPECT_EQ(size_of(d["response"]["output"]), 0u);
       EXPECT_TRUE(d["response"]["usage"].is_null());
     }
-    if (type == "response.completed") EXPECT_EQ(str(d["response"]["output"].at(0)["content"].at(0)["text"]), "Hello world");
+    if (type == "response.completed") {
+      EXPECT_EQ(str(d["response"]["output"].at(0)["content"].at(0)["text"]), "Hello world");
+    }
     types.push_back(type);
   }
   EXPECT_EQ(deltas, "Hello world");
