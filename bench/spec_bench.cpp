@@ -51,6 +51,7 @@ struct spec_options {
   int tokens = 128;
   std::vector<std::string> methods;  // "off" and these; empty: "off" and every registered proposer
   int repeat = 5;
+  double min_acceptance = speculative_config{}.min_acceptance;
   std::string draft_model;  // draft: empty = the model itself
   int k = speculative_config{}.k;  // most tokens proposed in one step
   // The order `troupe serve` runs with its shipped config (config/troupe.toml: model.matmul =
@@ -233,10 +234,11 @@ int run_spec_bench(const spec_options& o) {
   methods.insert(methods.begin(), "off");  // the baseline, always first
   speculative_config defaults;
   defaults.k = o.k;
+  defaults.min_acceptance = o.min_acceptance;
   std::printf("troupe bench spec: %s, CPU %s, %d backend threads; greedy, up to %d tokens per request, "
-              "best of %d rounds; matmul %s; k=%d, ngram %d..%d, max_batch=%d\n",
+              "best of %d rounds; matmul %s; k=%d, ngram %d..%d, max_batch=%d, min_acceptance=%g\n",
               o.model.c_str(), cpu_name().c_str(), o.threads, o.tokens, o.repeat, o.matmul.c_str(), defaults.k,
-              defaults.ngram_min, defaults.ngram_max, defaults.max_batch);
+              defaults.ngram_min, defaults.ngram_max, defaults.max_batch, defaults.min_acceptance);
   runtime rt;
   struct set {
     const char* name;
@@ -265,6 +267,7 @@ int run_spec_bench(const spec_options& o) {
           cfg.scheduler.max_num_seqs = std::max(16, o.batch);
           cfg.scheduler.speculative.method = methods[mi];
           cfg.scheduler.speculative.k = o.k;
+          cfg.scheduler.speculative.min_acceptance = o.min_acceptance;
           cfg.scheduler.speculative.draft_model = o.draft_model.empty() ? o.model : o.draft_model;
           cfg.scheduler.speculative.draft_threads = o.threads;
           cfg.cache.enabled = false;
@@ -325,6 +328,10 @@ app::register_bench reg("spec", "Speculative decoding: each proposer vs off, cop
                               ->capture_default_str();
                           sub.add_option("--k", o->k, "Most tokens proposed in one step (speculative.k)")
                               ->check(CLI::Range(1, 32))
+                              ->capture_default_str();
+                          sub.add_option("--min-acceptance", o->min_acceptance,
+                                         "Rolling acceptance under which a request stops guessing for a while (speculative.min_acceptance)")
+                              ->check(CLI::Range(0.0, 1.0))
                               ->capture_default_str();
                           sub.add_option("--method", o->methods, "Methods to compare with off (default: every proposer)");
                           sub.add_option("--draft-model", o->draft_model,
