@@ -273,8 +273,10 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
     top_candidates(l, n_vocab, std::min(p.n_logprobs, n_vocab), c);
     for (const auto& x : c) r.top.push_back({x.id, x.logit - log_z});
   }
-  if (p.temperature <= 0.0f) {
-    // Greedy; ties go to the lowest id, as in llama.cpp.
+  if (p.temperature <= 0.0f || !std::isfinite(mx) || !std::isfinite(z)) {
+    // Greedy; ties go to the lowest id, as in llama.cpp. Also where the logits are not finite
+    // (a broken model file: NaN weights): no weight or share of them means anything, and a draw
+    // over them could find no candidate at all; the first maximum keeps the answer defined.
     r.token = best;
     r.logprob = mx - log_z;
     return r;
@@ -319,6 +321,7 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
       c.clear();
       for (int32_t i = 0; i < n_vocab; ++i)
         if (static_cast<double>(wl[i]) / mass >= floor_share) c.push_back({i, l[i]});
+      if (c.empty()) c.push_back({best, l[best]});  // NaN shares (a NaN logit elsewhere): the best
       std::sort(c.begin(), c.end(), ranks_before);
       w.resize(c.size());
       for (size_t i = 0; i < c.size(); ++i) w[i] = static_cast<double>(wl[c[i].id]);
@@ -336,7 +339,7 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
       return r;
     }
   }
-  r.token = c[pick].id;
+  r.token = c[std::min(pick, c.size() - 1)].id;
   r.logprob = l[r.token] - log_z;
   return r;
 }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -265,6 +266,31 @@ TEST(Sampler, TinyTemperaturesAndImpossibleTokens) {
   std::map<int32_t, int> spread;
   for (int n = 0; n < 4000; ++n) ++spread[sample_token(flat.data(), 4096, p, {}, n).token];
   EXPECT_GT(spread.size(), 2500u) << "a near-uniform row draws widely";
+}
+
+// Logits of a broken model file (NaN weights): every setting still returns a token of the
+// vocabulary, never reads past its candidates (min_p found none and crashed the server).
+TEST(Sampler, NonFiniteLogitsStillGiveAToken) {
+  std::vector<float> all_nan(300, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> one_nan(300, 0.5f);
+  one_nan[17] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> inf_row(300, 0.5f);
+  inf_row[9] = INFINITY;
+  for (auto* row : {&all_nan, &one_nan, &inf_row})
+    for (float t : {0.0f, 0.7f, 1.0f})
+      for (int variant = 0; variant < 4; ++variant) {
+        sampling_params p;
+        p.temperature = t;
+        p.seed = 5;
+        if (variant == 1) p.min_p = 0.1f;
+        if (variant == 2) p.top_k = 10;
+        if (variant == 3) p.top_p = 0.9f;
+        for (int n = 0; n < 8; ++n) {
+          const auto r = sample_token(row->data(), 300, p, {}, n, true);
+          EXPECT_GE(r.token, 0);
+          EXPECT_LT(r.token, 300);
+        }
+      }
 }
 
 // OpenAI logit_bias: added to the logits before anything else; the logprobs are of the biased
