@@ -13,6 +13,7 @@
 
 #include "actors/scheduler/speculative/draft.hpp"
 #include "common/file_kind.hpp"
+#include "config/detail/toml_key_depth.hpp"
 #include "config/detail/toml_schema.hpp"
 
 namespace troupe::config {
@@ -79,6 +80,7 @@ void merge(toml::table& base, toml::table&& over) {
 }
 
 result<toml::table> parse_override(const config_override& o) {
+  if (auto e = detail::key_depth_error(o.key + " = " + o.value, o.origin)) return make_error(*e);
   try {
     return toml::parse(o.key + " = " + o.value, o.origin);
   } catch (const toml::parse_error& first) {
@@ -236,6 +238,7 @@ result<troupe_config> parse_config(std::string_view text, const std::string& sou
                                    const std::vector<config_override>& overrides,
                                    const config_registries& registries) {
   toml::table root;
+  if (auto e = detail::key_depth_error(text, source_name)) return make_error(*e);
   try {
     root = toml::parse(text, source_name);
   } catch (const toml::parse_error& e) {
