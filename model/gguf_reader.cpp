@@ -20,6 +20,10 @@ constexpr uint32_t k_magic = 0x46554747;  // "GGUF" little-endian
 // Sanity caps: a corrupt count must not make us allocate the world.
 constexpr uint64_t k_max_string = 1ull << 30;
 constexpr uint64_t k_max_count = 1ull << 28;
+// All metadata arrays' elements together. Each is read into a gguf_value (~50 bytes, against a
+// byte or a few in the file): a 40 MB array of u8 took 2.4 GB before this. The largest real
+// tokenizers hold ~1.5 million (256K tokens, their scores and types, the merges).
+constexpr uint64_t k_max_elements = 1ull << 22;
 constexpr int k_max_depth = 4;
 
 class cursor {
@@ -28,6 +32,7 @@ class cursor {
   size_t pos() const { return pos_; }
   bool need(size_t k) const { return k <= n_ - pos_; }
   size_t left() const { return n_ - pos_; }
+  uint64_t elements = 0;  // metadata array elements read so far (k_max_elements)
 
   template <class T>
   bool read(T& out) {
@@ -92,6 +97,11 @@ bool read_value(cursor& c, gguf_value_type t, gguf_value& out, int depth, std::s
       // Every element takes at least a byte: a length past the file's end is refused before
       // reserve() trusts it (a 30-byte file could otherwise ask for gigabytes).
       if (n > c.left()) { why = "array length " + std::to_string(n) + " runs past the end of the file"; return false; }
+      c.elements += n;
+      if (c.elements > k_max_elements) {
+        why = "metadata arrays hold more than " + std::to_string(k_max_elements) + " elements in all (implausible)";
+        return false;
+      }
       auto arr = std::make_shared<gguf_array>();
       arr->reserve(n);
       out.array_type = static_cast<gguf_value_type>(et);

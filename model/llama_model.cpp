@@ -89,6 +89,44 @@ result<int64_t> positive(const gguf_file& f, const std::string& key) {
   return v;
 }
 
+// An optional integer: absent gives `dflt`; present, it must be an integer (a string or a float
+// there was read as the default before, silently).
+result<int64_t> integer_or(const gguf_file& f, const std::string& key, int64_t dflt) {
+  if (!f.has(key)) return dflt;
+  return f.get_int(key);
+}
+
+// An optional number: absent gives `dflt`; present, it must be a finite number.
+result<double> finite_or(const gguf_file& f, const std::string& key, double dflt) {
+  if (!f.has(key)) return dflt;
+  auto v = f.get_float(key);
+  if (v && !std::isfinite(v.value())) return make_error("metadata key '" + key + "' is not finite");
+  return v;
+}
+
+// rope.scaling.type (as llama.cpp writes it): none, or linear with rope.scaling.factor, which
+// is the same as the older rope.scale_linear. Others (yarn, longrope, ...) change the rotation
+// in ways this engine does not compute: refused by name, not run wrong.
+result<double> positive_factor(const gguf_file& f, const std::string& key) {
+  auto v = finite_or(f, key, 1.0);
+  if (v && !(v.value() > 0.0 && v.value() < 1e30))
+    return make_error("metadata key '" + key + "' has invalid value " + std::to_string(v.value()) + " (a positive factor)");
+  return v;
+}
+
+result<double> rope_scale_linear(const gguf_file& f, const std::string& p) {
+  auto legacy = positive_factor(f, p + "rope.scale_linear");
+  if (!legacy) return legacy;
+  if (!f.has(p + "rope.scaling.type")) return legacy;
+  auto type = f.get_string(p + "rope.scaling.type");
+  if (!type) return make_error(type.error());
+  if (type.value() == "none") return 1.0;
+  if (type.value() != "linear")
+    return make_error("metadata key '" + p + "rope.scaling.type' is '" + type.value() +
+                      "': this engine computes rope scaling 'none' and 'linear' only");
+  return positive_factor(f, p + "rope.scaling.factor");
+}
+
 }  // namespace
 
 result<std::shared_ptr<llama_model>> llama_model::load(const std::string& path) {
@@ -124,45 +162,76 @@ result<std::shared_ptr<llama_model>> llama_model::load(std::shared_ptr<gguf_file
     if (!v) return make_error(f.path() + ": " + v.error());
     *dst = static_cast<int>(v.value());
   }
-  hp.n_head_kv = static_cast<int>(f.get_int_or(p + "attention.head_count_kv", hp.n_head));
-  if (hp.n_head_kv <= 0 || hp.n_head % hp.n_head_kv != 0)
-    return make_error(f.path() + ": attention.head_count_kv (" + std::to_string(hp.n_head_kv) +
+  // Read as 64-bit and range-checked before narrowing (2^32 + 3 was read as 3).
+  const auto head_count_kv = integer_or(f, p + "attention.head_count_kv", hp.n_head);
+  if (!head_count_kv) return make_error(f.path() + ": " + head_count_kv.error());
+  if (head_count_kv.value() <= 0 || head_count_kv.value() > hp.n_head || hp.n_head % head_count_kv.value() != 0)
+    return make_error(f.path() + ": attention.head_count_kv (" + std::to_string(head_count_kv.value()) +
                       ") must divide attention.head_count (" + std::to_string(hp.n_head) + ")");
+  hp.n_head_kv = static_cast<int>(head_count_kv.value());
   if (hp.n_embd % hp.n_head != 0)
     return make_error(f.path() + ": embedding_length is not a multiple of attention.head_count");
   // Read as 64-bit and range-checked before narrowing: 2^32 would otherwise become 0.
-  const int64_t head_dim = f.get_int_or(p + "attention.key_length", hp.n_embd / hp.n_head);
+  const auto key_length = integer_or(f, p + "attention.key_length", hp.n_embd / hp.n_head);
+  if (!key_length) return make_error(f.path() + ": " + key_length.error());
+  const int64_t head_dim = key_length.value();
   if (head_dim <= 0 || head_dim > 4096 || head_dim % 2 != 0)
     return make_error(f.path() + ": metadata key '" + p + "attention.key_length' has invalid value " +
                       std::to_string(head_dim) + " (an even head size, 2..4096)");
   hp.head_dim = static_cast<int>(head_dim);
+  // V heads of another size than K's (MLA-style models) are not what this engine computes.
+  const auto value_length = integer_or(f, p + "attention.value_length", head_dim);
+  if (!value_length) return make_error(f.path() + ": " + value_length.error());
+  if (value_length.value() != head_dim)
+    return make_error(f.path() + ": metadata key '" + p + "attention.value_length' is " +
+                      std::to_string(value_length.value()) + ", not the key length " + std::to_string(head_dim) +
+                      ": V heads of another size than K's are not supported");
   // 0 would rotate nothing (no positions at all); more than the head has no dimensions to rotate.
-  const int64_t n_rot = f.get_int_or(p + "rope.dimension_count", hp.head_dim);
+  const auto rope_dims = integer_or(f, p + "rope.dimension_count", hp.head_dim);
+  if (!rope_dims) return make_error(f.path() + ": " + rope_dims.error());
+  const int64_t n_rot = rope_dims.value();
   if (n_rot <= 0 || n_rot > hp.head_dim || n_rot % 2 != 0)
     return make_error(f.path() + ": metadata key '" + p + "rope.dimension_count' has invalid value " +
                       std::to_string(n_rot) + " (an even count, 2..the head size " + std::to_string(hp.head_dim) + ")");
   hp.n_rot = static_cast<int>(n_rot);
-  hp.rope_freq_base = static_cast<float>(f.get_float_or(p + "rope.freq_base", 10000.0));
-  const double scale_linear = f.get_float_or(p + "rope.scale_linear", 1.0);
-  if (!(scale_linear > 0.0) || !std::isfinite(scale_linear))
-    return make_error(f.path() + ": metadata key '" + p + "rope.scale_linear' has invalid value " +
-                      std::to_string(scale_linear) + " (a positive factor)");
-  hp.rope_freq_scale = static_cast<float>(1.0 / scale_linear);
-  hp.rms_eps = static_cast<float>(f.get_float_or(p + "attention.layer_norm_rms_epsilon", 1e-5));
-  if (!(hp.rms_eps > 0.0f) || !(hp.rope_freq_base > 0.0f))
-    return make_error(f.path() + ": invalid rms epsilon or rope base in metadata");
+  // Numbers that must be finite and positive (a string there was read as the default; inf
+  // loaded and generated nothing).
+  const auto freq_base = finite_or(f, p + "rope.freq_base", 10000.0);
+  const auto scale_linear = rope_scale_linear(f, p);
+  const auto rms_eps = finite_or(f, p + "attention.layer_norm_rms_epsilon", 1e-5);
+  for (const auto* v : {&freq_base, &scale_linear, &rms_eps})
+    if (!*v) return make_error(f.path() + ": " + v->error());
+  if (!(freq_base.value() > 0.0 && freq_base.value() < 1e30))
+    return make_error(f.path() + ": metadata key '" + p + "rope.freq_base' has invalid value " +
+                      std::to_string(freq_base.value()) + " (a positive base)");
+  if (!(rms_eps.value() > 0.0 && rms_eps.value() < 1.0))
+    return make_error(f.path() + ": metadata key '" + p + "attention.layer_norm_rms_epsilon' has invalid value " +
+                      std::to_string(rms_eps.value()) + " (in (0, 1))");
+  hp.rope_freq_base = static_cast<float>(freq_base.value());
+  hp.rope_freq_scale = static_cast<float>(1.0 / scale_linear.value());
+  hp.rms_eps = static_cast<float>(rms_eps.value());
 
   tensor_loader tl(f);
   const auto* emb = f.tensor("token_embd.weight");
   if (!emb) return make_error(f.path() + ": missing tensor 'token_embd.weight'");
   if (emb->dims.size() != 2) return make_error(f.path() + ": tensor 'token_embd.weight' must be 2-D");
   hp.n_vocab = static_cast<int>(emb->dims[1]);
+  // The vocabulary's tokens are the embedding's rows: a file where they differ would embed ids
+  // past its rows (an executor fault per request) or sample ids no token stands for.
+  if (const auto* tokens = f.find("tokenizer.ggml.tokens"); tokens && tokens->type == gguf_value_type::array &&
+                                                            static_cast<int64_t>(tokens->as_array().size()) != emb->dims[1])
+    return make_error(f.path() + ": the vocabulary has " + std::to_string(tokens->as_array().size()) +
+                      " tokens but 'token_embd.weight' has " + std::to_string(emb->dims[1]) + " rows");
   m->tok_embd_ = tl.matrix("token_embd.weight", hp.n_embd, hp.n_vocab);
   m->output_norm_ = tl.vec("output_norm.weight", hp.n_embd);
   hp.tied_output = !tl.has("output.weight");
   m->output_ = hp.tied_output ? m->tok_embd_ : tl.matrix("output.weight", hp.n_embd, hp.n_vocab);
 
   const int q = hp.n_q_dim(), kv = hp.n_kv_dim();
+  // The last block first: a block_count far past the file's blocks (2^24) would otherwise size
+  // the layer table (gigabytes) before the first missing tensor is found.
+  if (const std::string last = "blk." + std::to_string(hp.n_layer - 1) + ".attn_norm.weight"; !tl.has(last))
+    return make_error(f.path() + ": block_count is " + std::to_string(hp.n_layer) + " but there is no tensor '" + last + "'");
   m->layers_.resize(static_cast<size_t>(hp.n_layer));
   for (int i = 0; i < hp.n_layer && !tl.failed(); ++i) {
     const std::string b = "blk." + std::to_string(i) + ".";

@@ -165,3 +165,18 @@ TEST(GgufReader, ReadsTheTokenizerFixtures) {
   EXPECT_EQ(f.value()->get_string("tokenizer.ggml.model").value(), "gpt2");
   EXPECT_GT(f.value()->get_string_array("tokenizer.ggml.tokens").value().size(), 50000u);
 }
+
+// Metadata arrays cost ~50 bytes an element in memory against a byte in the file: a 40 MB
+// array of u8 took 2.4 GB. All arrays together are capped (1 << 22 elements), a real
+// tokenizer's ~1.5 million well under it.
+TEST(GgufReader, MetadataArraysTooLargeInAllAreRefusedBeforeTheyAreRead) {
+  gguf_writer w;
+  w.set_string("general.architecture", "llama");
+  w.set_i32_array("a", std::vector<int32_t>(3'000'000, 1));
+  w.set_i32_array("b", std::vector<int32_t>(1'000'000, 2));
+  ASSERT_TRUE(gguf_file::from_bytes(w.to_bytes()).ok()) << "4 million elements: allowed";
+  w.set_i32_array("c", std::vector<int32_t>(200'000, 3));
+  auto f = gguf_file::from_bytes(w.to_bytes());
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.error().find("metadata arrays hold more than 4194304 elements"), std::string::npos) << f.error();
+}

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -142,6 +143,73 @@ TEST(LlamaModel, RopeAndHeadSizesOutOfRangeAreRefusedByKeyAndValue) {
   refused("llama.rope.scale_linear", zero_scale, "0.000000 (a positive factor)");
   // Fewer rotated dimensions than the head has is partial rotary embedding: allowed.
   EXPECT_TRUE(llama_model::load(with_key(*base, "llama.rope.dimension_count", u32(32))).ok());
+}
+
+// Metadata a hostile or broken file may hold: each refused at load naming its key (before, a
+// string or inf fell back to a default or generated nothing, 2^32 + 3 KV heads read as 3, and a
+// block_count of 2^24 sized the layer table to gigabytes first).
+TEST(LlamaModel, MetadataOfTheWrongTypeOrRangeIsRefusedByKey) {
+  const auto base = test::make_synthetic_file(test::synthetic_options{});
+  auto error_of = [&](const std::string& key, const gguf_value& v) {
+    auto m = llama_model::load(with_key(*base, key, v));
+    return m.ok() ? std::string("loaded") : m.error();
+  };
+  gguf_value text;
+  text.type = gguf_value_type::string;
+  text.v = std::string("100000");
+  gguf_value inf;
+  inf.type = gguf_value_type::f64;
+  inf.v = std::numeric_limits<double>::infinity();
+  gguf_value big;
+  big.type = gguf_value_type::u64;
+  big.v = (uint64_t{1} << 32) + 2;
+  EXPECT_NE(error_of("llama.rope.freq_base", text).find("'llama.rope.freq_base' is not a number"), std::string::npos);
+  EXPECT_NE(error_of("llama.rope.freq_base", inf).find("'llama.rope.freq_base' is not finite"), std::string::npos);
+  EXPECT_NE(error_of("llama.attention.layer_norm_rms_epsilon", inf).find("layer_norm_rms_epsilon' is not finite"),
+            std::string::npos);
+  EXPECT_NE(error_of("llama.attention.head_count_kv", text).find("'llama.attention.head_count_kv' is not an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of("llama.attention.head_count_kv", big).find("head_count_kv (4294967298)"), std::string::npos);
+  EXPECT_NE(error_of("llama.attention.value_length", u32(32)).find("'llama.attention.value_length' is 32"),
+            std::string::npos);
+  EXPECT_NE(error_of("llama.block_count", u32(1u << 24)).find("block_count is 16777216 but there is no tensor 'blk.16777215"),
+            std::string::npos);
+  gguf_value tokens;
+  tokens.type = gguf_value_type::array;
+  tokens.array_type = gguf_value_type::string;
+  auto arr = std::make_shared<gguf_array>();
+  for (int i = 0; i < 10; ++i) {
+    gguf_value t;
+    t.type = gguf_value_type::string;
+    t.v = std::string(1, static_cast<char>('a' + i));
+    arr->push_back(t);
+  }
+  tokens.v = arr;
+  EXPECT_NE(error_of("tokenizer.ggml.tokens", tokens).find("the vocabulary has 10 tokens but 'token_embd.weight' has"),
+            std::string::npos);
+}
+
+// rope.scaling.type as llama.cpp writes it: linear (with rope.scaling.factor) is the older
+// rope.scale_linear; others are refused by name rather than computed wrong.
+TEST(LlamaModel, RopeScalingLinearIsReadAndOthersAreRefused) {
+  const auto base = test::make_synthetic_file(test::synthetic_options{});
+  gguf_value linear;
+  linear.type = gguf_value_type::string;
+  linear.v = std::string("linear");
+  gguf_value four;
+  four.type = gguf_value_type::f32;
+  four.v = 4.0;
+  auto scaled = llama_model::load(with_key(*with_key(*base, "llama.rope.scaling.type", linear), "llama.rope.scaling.factor", four));
+  ASSERT_TRUE(scaled.ok()) << scaled.error();
+  EXPECT_FLOAT_EQ(scaled.value()->params().rope_freq_scale, 0.25f);
+  auto legacy = llama_model::load(with_key(*base, "llama.rope.scale_linear", four));
+  ASSERT_TRUE(legacy.ok()) << legacy.error();
+  EXPECT_FLOAT_EQ(legacy.value()->params().rope_freq_scale, 0.25f);
+  gguf_value yarn = linear;
+  yarn.v = std::string("yarn");
+  auto refused = llama_model::load(with_key(*base, "llama.rope.scaling.type", yarn));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().find("'llama.rope.scaling.type' is 'yarn'"), std::string::npos) << refused.error();
 }
 
 TEST(LlamaModel, MatricesWithoutKernelsBecomeQ8_0CopiesWhenAsked) {
