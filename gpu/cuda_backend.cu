@@ -389,6 +389,9 @@ result<std::unique_ptr<cuda_backend>> cuda_backend::create(std::shared_ptr<llama
   if (o.block_size <= 0 || o.block_size > 1024) return make_error("kv block size must be in 1..1024");
   if (o.kv_f32 || o.kv_q8)
     return make_error("the cuda backend keeps KV memory in fp16 only (set kv.f32 and kv.q8 off)");
+  if (m->rope_freq_factors())
+    return make_error("the model has rope frequency factors (rope_freqs.weight, Llama 3.1 and later): the cpu "
+                      "backend computes them, the cuda backend not yet");
   const auto& hp = m->params();
   if (hp.head_dim > kernels::k_max_head_dim)
     return make_error("the cuda backend supports head sizes up to " + std::to_string(kernels::k_max_head_dim) +

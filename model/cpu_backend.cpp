@@ -261,7 +261,7 @@ result<batch_logits> cpu_backend::forward(const batch& b) {
   }
   for (int64_t t = 0; t < T; ++t)
     rope_table(tok_pos[static_cast<size_t>(t)], hp.n_rot, hp.rope_freq_base, hp.rope_freq_scale,
-               rope_cos_.data() + t * half_rot, rope_sin_.data() + t * half_rot);
+               rope_cos_.data() + t * half_rot, rope_sin_.data() + t * half_rot, model_->rope_freq_factors());
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int group = hp.n_head / hp.n_head_kv;

@@ -95,14 +95,16 @@ void rms_norm_fast(const float* x, const float* w, float* y, int n, float eps) {
   for (; j < n; ++j) y[j] = x[j] * scale * w[j];
 }
 
-void rope_table(int32_t pos, int n_rot, float base, float freq_scale, float* cos_t, float* sin_t) {
+void rope_table(int32_t pos, int n_rot, float base, float freq_scale, float* cos_t, float* sin_t,
+                const float* freq_factors) {
   // As ggml builds it: theta starts at the position and is multiplied by base^(-2/n_rot) once per
   // pair, a running float product (not one pow per pair: that differs by a few ulps), then
-  // scaled by freq_scale. gpu/kernel_math.hpp's rope_theta computes the same product.
+  // scaled by freq_scale. gpu/kernel_math.hpp's rope_theta computes the same product. A frequency
+  // factor divides the pair's angle before the scaling, as ggml's rope cache does.
   const float step = std::pow(base, -2.0f / static_cast<float>(n_rot));
   float theta = static_cast<float>(pos);
   for (int i = 0; i < n_rot / 2; ++i) {
-    const float t = freq_scale * theta;
+    const float t = freq_scale * (freq_factors ? theta / freq_factors[i] : theta);
     cos_t[i] = std::cos(t);
     sin_t[i] = std::sin(t);
     theta *= step;

@@ -19,7 +19,9 @@ void apply_rope(float* x, int n_heads, int head_dim, int n_rot, rope_style style
                 const float* sin_t);
 
 // Fills cos/sin tables for a position: theta_i = pos * freq_scale * base^(-2i / n_rot).
-void rope_table(int32_t pos, int n_rot, float base, float freq_scale, float* cos_t, float* sin_t);
+// freq_factors (n_rot / 2 divisors, a model's rope_freqs) may be null.
+void rope_table(int32_t pos, int n_rot, float base, float freq_scale, float* cos_t, float* sin_t,
+                const float* freq_factors = nullptr);
 
 // gate[i] = silu(gate[i]) * up[i], with ggml's vectorised expf (the tail of n % 8 uses std::exp).
 // llama.cpp's greedy choices hinge on near-ties, so the exp matches ggml's bits.

@@ -224,6 +224,7 @@ result<std::shared_ptr<llama_model>> llama_model::load(std::shared_ptr<gguf_file
                       " tokens but 'token_embd.weight' has " + std::to_string(emb->dims[1]) + " rows");
   m->tok_embd_ = tl.matrix("token_embd.weight", hp.n_embd, hp.n_vocab);
   m->output_norm_ = tl.vec("output_norm.weight", hp.n_embd);
+  m->rope_freqs_ = tl.vec("rope_freqs.weight", hp.n_rot / 2, false);
   hp.tied_output = !tl.has("output.weight");
   m->output_ = hp.tied_output ? m->tok_embd_ : tl.matrix("output.weight", hp.n_embd, hp.n_vocab);
 

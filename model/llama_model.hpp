@@ -61,6 +61,10 @@ class llama_model {
   const weight_view& token_embd() const { return tok_embd_; }
   const weight_view& output() const { return output_; }
   const float* output_norm() const { return output_norm_; }
+  // Per-pair divisors of the rotary frequencies (the optional rope_freqs.weight, n_rot / 2
+  // floats: Llama 3.1's long-context frequencies, applied as llama.cpp applies them); null when
+  // the file has none.
+  const float* rope_freq_factors() const { return rope_freqs_; }
   // The matrices as the file holds them (any supported type).
   const std::vector<layer_weights>& layers() const { return layers_; }
   // Makes the views matmul_layers() / matmul_output() give: every matrix of a type without
@@ -82,6 +86,7 @@ class llama_model {
   weight_view tok_embd_;
   weight_view output_;
   const float* output_norm_ = nullptr;
+  const float* rope_freqs_ = nullptr;
   std::vector<layer_weights> layers_;
   static std::vector<weight_view*> matrices(std::vector<layer_weights>& layers, weight_view& output);
   size_t converted_source_bytes_ = 0;  // the file's bytes of the matrices without kernels

@@ -212,6 +212,47 @@ TEST(LlamaModel, RopeScalingLinearIsReadAndOthersAreRefused) {
   EXPECT_NE(refused.error().find("'llama.rope.scaling.type' is 'yarn'"), std::string::npos) << refused.error();
 }
 
+// rope_freqs.weight (Llama 3.1 and later): each rotary pair's angle divided by its factor, as
+// llama.cpp's rope cache does. Factors of 2 everywhere are rope.scale_linear = 2 exactly (x / 2
+// and 0.5 * x are the same float); factors of 1 change nothing; a wrong size is refused.
+TEST(LlamaModel, RopeFrequencyFactorsDivideThePairsAngles) {
+  const auto base = test::make_synthetic_file(test::synthetic_options{});
+  const int n_rot = 64;
+  auto with_factors = [&](std::vector<float> ff) {
+    gguf_writer w;
+    for (const auto& [k, v] : base->metadata())
+      if (k != "general.alignment") w.set_value(k, v);
+    for (const auto& t : base->tensors()) w.add_tensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.bytes));
+    std::vector<uint8_t> bytes(ff.size() * sizeof(float));
+    std::memcpy(bytes.data(), ff.data(), bytes.size());
+    w.add_tensor("rope_freqs.weight", ggml_type::f32, {static_cast<int64_t>(ff.size())}, std::move(bytes));
+    auto f = gguf_file::from_bytes(w.to_bytes(), "freqs.gguf");
+    if (!f) throw std::runtime_error(f.error());
+    return llama_model::load(f.value());
+  };
+  auto plain = llama_model::load(base);
+  auto ones = with_factors(std::vector<float>(n_rot / 2, 1.0f));
+  auto twos = with_factors(std::vector<float>(n_rot / 2, 2.0f));
+  gguf_value two;
+  two.type = gguf_value_type::f32;
+  two.v = 2.0;
+  auto linear = llama_model::load(with_key(*base, "llama.rope.scale_linear", two));
+  for (auto* m : {&plain, &ones, &twos, &linear}) ASSERT_TRUE(m->ok()) << m->error();
+  EXPECT_EQ(plain.value()->rope_freq_factors(), nullptr);
+  ASSERT_NE(twos.value()->rope_freq_factors(), nullptr);
+  const std::vector<int32_t> then = {101, 32, 44};
+  const auto l_plain = logits_along(*cpu(plain.value(), matmul_order::llama_cpp), k_prompt, then);
+  const auto l_ones = logits_along(*cpu(ones.value(), matmul_order::llama_cpp), k_prompt, then);
+  const auto l_twos = logits_along(*cpu(twos.value(), matmul_order::llama_cpp), k_prompt, then);
+  const auto l_linear = logits_along(*cpu(linear.value(), matmul_order::llama_cpp), k_prompt, then);
+  EXPECT_EQ(l_ones, l_plain);
+  EXPECT_EQ(l_twos, l_linear);
+  EXPECT_NE(l_twos, l_plain);
+  auto wrong = with_factors(std::vector<float>(n_rot, 1.0f));
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.error().find("tensor 'rope_freqs.weight' has shape"), std::string::npos) << wrong.error();
+}
+
 TEST(LlamaModel, MatricesWithoutKernelsBecomeQ8_0CopiesWhenAsked) {
   auto file = mixed_model();
   auto m = llama_model::load(file);
