@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -41,39 +43,44 @@ struct generate_options {
   int threads = 0;
   std::string matmul = matmul_order_name(backend_options{}.matmul);
   bool show_special = false;
-  // Structured output (at most one).
-  std::string json_schema_file;
-  std::string grammar_file;
-  std::string regex;
-  std::string choice;   // a JSON array of strings
+  // Structured output (at most one). Given but empty is an error, as the API's empty ones are.
+  std::optional<std::string> json_schema_file;
+  std::optional<std::string> grammar_file;
+  std::optional<std::string> regex;
+  std::optional<std::string> choice;   // a JSON array of strings
   bool json_object = false;
   // Speculative decoding: "off" (the engine directly), or a proposer's name (the pipeline).
   std::string speculative = "off";
-  int spec_k = 0;       // most guesses a step; 0: the [speculative] default
+  std::optional<int> spec_k;  // most guesses a step; absent: the [speculative] default
 };
 
 troupe::result<troupe::structured::constraint_spec> constraint_of(const generate_options& o) {
   namespace kind = troupe::structured::kind;
   std::vector<troupe::structured::constraint_spec> asked;
   auto read = [](const std::string& path) -> troupe::result<std::string> {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) return troupe::make_error("'" + path + "' is a directory");
     std::ifstream in(path, std::ios::binary);
     if (!in) return troupe::make_error("cannot read '" + path + "'");
     std::ostringstream ss;
     ss << in.rdbuf();
     return ss.str();
   };
-  if (!o.json_schema_file.empty()) {
-    auto t = read(o.json_schema_file);
+  for (const auto& [flag, value] : {std::pair{"--json-schema", &o.json_schema_file}, {"--grammar", &o.grammar_file},
+                                     {"--regex", &o.regex}, {"--choice", &o.choice}})
+    if (*value && (*value)->empty()) return troupe::make_error(std::string(flag) + " must not be empty");
+  if (o.json_schema_file) {
+    auto t = read(*o.json_schema_file);
     if (!t) return troupe::make_error("--json-schema: " + t.error());
     asked.push_back({kind::json_schema, *t});
   }
-  if (!o.grammar_file.empty()) {
-    auto t = read(o.grammar_file);
+  if (o.grammar_file) {
+    auto t = read(*o.grammar_file);
     if (!t) return troupe::make_error("--grammar: " + t.error());
     asked.push_back({kind::grammar, *t});
   }
-  if (!o.regex.empty()) asked.push_back({kind::regex, o.regex});
-  if (!o.choice.empty()) asked.push_back({kind::choice, o.choice});
+  if (o.regex) asked.push_back({kind::regex, *o.regex});
+  if (o.choice) asked.push_back({kind::choice, *o.choice});
   if (o.json_object) asked.push_back({kind::json_object, ""});
   if (asked.size() > 1) return troupe::make_error("give at most one of --json-schema, --grammar, --regex, --choice, --json-object");
   return asked.empty() ? troupe::structured::constraint_spec{} : asked.front();
@@ -89,9 +96,9 @@ int fail(const std::string& m) {
 troupe::result<troupe::actors::speculative_config> speculative_of(const generate_options& o) {
   troupe::actors::speculative_config c;
   c.method = o.speculative;
-  if (o.spec_k != 0) {
-    if (o.spec_k < 1 || o.spec_k > 32) return troupe::make_error("--spec-k must be in 1..32");
-    c.k = o.spec_k;
+  if (o.spec_k) {
+    if (*o.spec_k < 1 || *o.spec_k > 32) return troupe::make_error("--spec-k must be in 1..32");
+    c.k = *o.spec_k;
   }
   if (auto st = troupe::actors::check_speculative_config(c); !st) return troupe::make_error("--speculative: " + st.error());
   return c;
@@ -168,7 +175,11 @@ int run_generate(const generate_options& o) {
   const bool pipelined = speculative->method != "off";
   if (pipelined && o.show_special)
     return fail("--special is not supported with --speculative (the pipeline's text leaves special tokens out)");
-  if (!pipelined && o.spec_k != 0) return fail("--spec-k needs --speculative (a method, not off)");
+  if (!pipelined && o.spec_k) return fail("--spec-k needs --speculative (a method, not off)");
+  for (const auto& stop : o.stops)
+    if (stop.empty()) return fail("--stop must not be empty (an empty stop string would match everywhere)");
+  auto spec = constraint_of(o);  // before the model: its files and flags are checked first
+  if (!spec) return fail(spec.error());
   std::fprintf(stderr, "loading %s ...\n", o.model.c_str());
   auto lm = loaded_model::load(o.model);
   if (!lm) return fail(lm.error());
@@ -198,8 +209,6 @@ int run_generate(const generate_options& o) {
   bo.kv_bytes = static_cast<int64_t>(prompt->size() + static_cast<size_t>(o.max_tokens) + 64) *
                     static_cast<int64_t>(m.weights->params().n_kv_dim()) * m.weights->params().n_layer * 4 +
                 (1 << 20);
-  auto spec = constraint_of(o);
-  if (!spec) return fail(spec.error());
   if (pipelined) return run_pipelined(o, m, *prompt, bo, *spec, *speculative);
 
   auto be = make_backend("cpu", m.weights, bo);

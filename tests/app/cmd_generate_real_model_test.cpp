@@ -96,3 +96,21 @@ TEST(cmd_generate_real_model, a_system_message_without_chat_is_an_error_not_igno
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.err.find("--system needs --chat"), std::string::npos) << r.err;
 }
+
+TEST(cmd_generate_real_model, empty_constraints_and_stops_are_errors_as_in_the_api) {
+  const std::string common = "-m /nonexistent.gguf -p hi";
+  for (const char* flag : {"--regex", "--choice", "--json-schema", "--grammar"}) {
+    auto r = generate(common + " " + flag + " ''");
+    EXPECT_EQ(r.status, 1) << flag;
+    EXPECT_NE(r.err.find(std::string(flag) + " must not be empty"), std::string::npos) << r.err;
+  }
+  auto r = generate(common + " --stop ''");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--stop must not be empty"), std::string::npos) << r.err;
+  r = generate(common + " --speculative ngram --spec-k 0");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("--spec-k must be in 1..32"), std::string::npos) << r.err;
+  r = generate(common + " --json-schema /tmp");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("'/tmp' is a directory"), std::string::npos) << r.err;
+}
