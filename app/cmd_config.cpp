@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "app/command.hpp"
+#include "app/serve/cluster.hpp"
 #include "config/config_loader.hpp"
 #include "config/config_plugins.hpp"
 #include "config/config_schema.hpp"
@@ -41,6 +42,11 @@ int check(const config_args& a) {
   auto c = cfg::resolve_config_with_plugins(a.file, cfg::self_executable(), overrides);
   if (!c) {
     std::fprintf(stderr, "%s\n", c.error().c_str());
+    return 1;
+  }
+  // What serve checks before it starts, beyond the keys: the cluster's listen address and TLS.
+  if (auto ok = troupe::app::check_cluster(c->config.cluster); !ok) {
+    std::fprintf(stderr, "%s: %s\n", c->source.c_str(), ok.error().c_str());
     return 1;
   }
   std::printf("# %s: valid; the effective config:\n\n%s", c->source.c_str(),

@@ -208,6 +208,16 @@ void check(const troupe_config& c, const config_registries& r, reader& rd) {
     rd.fail_key(rd.node_of("admission.default_max_tokens") ? "admission.default_max_tokens" : "admission.max_tokens_cap",
                 "admission.default_max_tokens (" + std::to_string(p.admission.default_max_tokens) +
                     ") exceeds admission.max_tokens_cap (" + std::to_string(p.admission.max_tokens_cap) + ")");
+  if (c.backend.kv_f32 && c.backend.kv_q8)
+    rd.fail_key("kv.q8", "kv memory is either f32 or q8 (kv.f32, kv.q8), not both");
+  // TLS for the HTTP port: a certificate and its key, both readable (serve found out only after
+  // it had started listening).
+  if (c.server.tls_cert.empty() != c.server.tls_key.empty())
+    rd.fail_key(c.server.tls_cert.empty() ? "server.tls_key" : "server.tls_cert",
+                "server.tls_cert and server.tls_key go together: set both or neither");
+  for (const auto& [key, path] : {std::pair{"server.tls_cert", &c.server.tls_cert}, {"server.tls_key", &c.server.tls_key}})
+    if (!path->empty() && ::access(path->c_str(), R_OK) != 0)
+      rd.fail_key(key, "cannot read '" + *path + "': " + std::strerror(errno));
   // The admin token opens /admin/*: an API key that equals it would open them to a client.
   const auto& keys = c.server.api_keys;
   if (!c.server.admin_token.empty() && std::find(keys.begin(), keys.end(), c.server.admin_token) != keys.end())

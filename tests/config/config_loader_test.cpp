@@ -372,5 +372,14 @@ TEST(ConfigLoader, ANamedPipeIsRefusedWithoutWaitingForAWriter) {
   EXPECT_TRUE(has(device.error(), "'/dev/null': it is a character device, not a regular file"));
 }
 
+// What serve refused only after it had started listening is refused by the config itself, so
+// that `troupe config check` says so too.
+TEST(ConfigLoader, KvFormatsAndHttpTlsFilesMustAgree) {
+  EXPECT_TRUE(has(error_of("[kv]\nf32 = true\nq8 = true\n"), "kv.q8: kv memory is either f32 or q8"));
+  EXPECT_TRUE(has(error_of("[server]\ntls_cert = \"/etc/hostname\"\n"), "go together: set both or neither"));
+  EXPECT_TRUE(has(error_of("[server]\ntls_cert = \"/nonexistent.pem\"\ntls_key = \"/nonexistent.key\"\n"),
+                  "server.tls_key: cannot read '/nonexistent.key'"));
+}
+
 }  // namespace
 }  // namespace troupe::config
