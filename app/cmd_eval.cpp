@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -54,6 +55,8 @@ int run_eval(const eval_cli& o) {
   else if (o.kv == "q8") bo.kv_q8 = true;
   else if (o.kv != "f16") return fail("--kv must be f16, f32 or q8, not '" + o.kv + "'");
 
+  std::error_code ec;
+  if (std::filesystem::is_directory(o.file, ec)) return fail("'" + o.file + "' is a directory, not a text file");
   std::ifstream in(o.file, std::ios::binary);
   if (!in) return fail("cannot read the text file '" + o.file + "'");
   std::ostringstream ss;

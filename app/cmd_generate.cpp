@@ -22,6 +22,7 @@
 #include "actors/supervisor/pipeline.hpp"
 #include "app/command.hpp"
 #include "model/batch_generator.hpp"
+#include "model/detail/tokenizer_utf8.hpp"
 #include "model/detokenizer.hpp"
 #include "model/loaded_model.hpp"
 #include "model/stop_matcher.hpp"
@@ -169,6 +170,10 @@ int run_pipelined(const generate_options& o, const loaded_model& m, const std::v
 int run_generate(const generate_options& o) {
   if (o.max_tokens < 1) return fail("--max-tokens must be at least 1");
   if (!o.system.empty() && !o.chat) return fail("--system needs --chat (a system message is part of the chat template)");
+  // Named by the flag and its own offset (the chat template's text around it would shift it).
+  for (const auto& [flag, text] : {std::pair{"--prompt", &o.prompt}, {"--system", &o.system}})
+    if (const size_t bad = troupe::model::detail::find_invalid_utf8(*text); bad != std::string_view::npos)
+      return fail(std::string(flag) + ": invalid UTF-8 at byte offset " + std::to_string(bad));
   if (auto s = o.sampling.validate(); !s) return fail(s.error());
   auto speculative = speculative_of(o);
   if (!speculative) return fail(speculative.error());

@@ -218,6 +218,13 @@ result<eval_chunk> logits_reader::next() {
   c.logprobs.resize(c.targets.size() * static_cast<size_t>(n_vocab_));
   if (std::fread(c.logprobs.data(), sizeof(float), c.logprobs.size(), f_) != c.logprobs.size())
     return make_error("'" + path_ + "' ends inside window " + std::to_string(c.index));
+  // A log-probability is never NaN nor above 0 (a damaged or foreign file: its KL figures would
+  // read as 0, a perfect match).
+  for (size_t i = 0; i < c.logprobs.size(); ++i)
+    if (!(c.logprobs[i] <= 1e-3f))
+      return make_error("'" + path_ + "' window " + std::to_string(c.index) + " holds " +
+                        std::to_string(c.logprobs[i]) + " at value " + std::to_string(i) +
+                        ": not a log-probability (NaN or above 0)");
   return c;
 }
 

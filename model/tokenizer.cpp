@@ -343,7 +343,13 @@ result<tokenizer> tokenizer::from_gguf(const gguf_file& f) {
 
   if (d->kind == tokenizer_kind::bpe) {
     if (auto s = load_merges(f, *d); !s) return make_error(s.error());
-    auto config = pretokenizer_config_for(f.get_string_or("tokenizer.ggml.pre", ""));
+    const std::string pre_name = f.get_string_or("tokenizer.ggml.pre", "");
+    // As llama.cpp: no pre-tokenizer named, its "default" one, with a warning (the text may
+    // split otherwise than the model was trained on).
+    if (pre_name.empty())
+      std::fprintf(stderr, "troupe: warning: %s: no tokenizer.ggml.pre; the 'default' pre-tokenizer splits the text "
+                   "(as llama.cpp does), which may not be what the model was trained with\n", f.path().c_str());
+    auto config = pretokenizer_config_for(pre_name);
     if (!config) return make_error(config.error());
     auto pre = pretokenizer::compile(config.value());
     if (!pre) return make_error(pre.error());

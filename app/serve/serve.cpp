@@ -731,7 +731,10 @@ int run_serve(const serve_options& o) {
     return 1;
   }
   auto& s = *inst.value();
-  const std::string base = std::string(o.config.server.tls_cert.empty() ? "http://" : "https://") + o.config.server.host + ":" + std::to_string(s.port());
+  // An IPv6 host goes in brackets in a URL (http://[::1]:8080/).
+  const std::string& host = o.config.server.host;
+  const std::string url_host = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  const std::string base = std::string(o.config.server.tls_cert.empty() ? "http://" : "https://") + url_host + ":" + std::to_string(s.port());
   std::printf("troupe serve: listening on %s, loading %s ...\n", base.c_str(), o.config.model.path.c_str());
   std::fflush(stdout);
   bool announced = false;

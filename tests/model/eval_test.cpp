@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 
 #include "model/eval.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -135,4 +136,19 @@ TEST(EvalLogitsFile, RoundTripsAndRefusesAnotherRun) {
   std::fputs("not a logits file at all", g);
   std::fclose(g);
   EXPECT_NE(logits_reader::open(dir.str("junk.bin"), 3, windows).error().find("not a logits file"), std::string::npos);
+
+  // NaN where a log-probability should be (its KL figures read as 0, a perfect match) is refused.
+  const std::string bad = dir.str("nan.bin");
+  {
+    auto nan_chunk = c0;
+    nan_chunk.logprobs[4] = std::numeric_limits<float>::quiet_NaN();
+    auto w = logits_writer::open(bad, 3, windows);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(w->write(nan_chunk).ok());
+    ASSERT_TRUE(w->write(c1).ok());
+    ASSERT_TRUE(w->close().ok());
+  }
+  auto nan_reader = logits_reader::open(bad, 3, windows);
+  ASSERT_TRUE(nan_reader.ok());
+  EXPECT_NE(nan_reader->next().error().find("window 0 holds nan at value 4: not a log-probability"), std::string::npos);
 }
