@@ -370,6 +370,18 @@ TEST(ConfigLoader, ANamedPipeIsRefusedWithoutWaitingForAWriter) {
   auto device = load_config("/dev/null");
   ASSERT_FALSE(device.ok());
   EXPECT_TRUE(has(device.error(), "'/dev/null': it is a character device, not a regular file"));
+
+  // A config is a few KB: a file over 1 MiB is refused before the parser sees it (a 10 MB key
+  // took toml++ 2.6 GB and 36 s).
+  const std::string big = ::testing::TempDir() + "/troupe_config_loader_big.toml";
+  {
+    std::ofstream out(big);
+    out << "# " << std::string(size_t{1} << 20, 'x') << "\n";
+  }
+  auto large = load_config(big);
+  ASSERT_FALSE(large.ok());
+  EXPECT_TRUE(has(large.error(), "is larger than 1 MiB"));
+  std::remove(big.c_str());
 }
 
 // What serve refused only after it had started listening is refused by the config itself, so
