@@ -99,11 +99,11 @@ std::string context_key(const cache_query& q, std::string_view context) {
 
 fingerprint context_fingerprint(const cache_query& q) { return fingerprint_of(context_key(q, q.context), 0x636f6e74u); }
 
-fingerprint exact_fingerprint(const fingerprint& context, std::string_view normalized_question) {
+fingerprint exact_fingerprint(const fingerprint& context, std::string_view question) {
   key_writer k;
   k.raw(context.hi);
   k.raw(context.lo);
-  k.str(normalized_question);
+  k.str(question);
   return fingerprint_of(k.bytes(), 0x65786163u);
 }
 

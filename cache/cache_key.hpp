@@ -38,7 +38,7 @@ struct cache_query {
   std::vector<int32_t> eog;       // tokens that end generation (empty with ignore_eos)
   bool logprobs = false;          // each token's logprob is reported
   std::string context;            // fingerprinted, never embedded
-  std::string question;           // embedded (after normalize_question)
+  std::string question;           // embedded (after normalize_question); the exact path takes it as it is
   cache_choice cache = cache_choice::automatic;  // the request's `cache` field
   // Whose question it is (the API key's tenant). Part of the key unless share_across_tenants:
   // one tenant's answers are never served to another by default.
@@ -57,8 +57,9 @@ struct cache_query {
   static cache_query from_prompt(std::string prompt, cache_choice cache = cache_choice::automatic);
 };
 
-// Whitespace runs become one space, leading and trailing whitespace goes. Case and accents are
-// kept: the exact path compares this text byte for byte.
+// Whitespace runs become one space, leading and trailing whitespace goes; case and accents are
+// kept. What the semantic path embeds and its lexical guards read: the exact path compares the
+// question as sent (whitespace is part of a prompt: "is" and "is " are other tokens).
 std::string normalize_question(std::string_view text);
 
 // The bytes of everything that shapes an answer besides its question: the model, `context`
@@ -68,7 +69,7 @@ std::string context_key(const cache_query& q, std::string_view context);
 // The semantic cache's keys (stored with each record, so their bytes never change). Seeds keep
 // the two kinds of fingerprint apart.
 fingerprint context_fingerprint(const cache_query& q);
-fingerprint exact_fingerprint(const fingerprint& context, std::string_view normalized_question);
+fingerprint exact_fingerprint(const fingerprint& context, std::string_view question);
 
 // The exact cache's key: the context key over the prompt's tokens.
 std::string exact_key(const cache_query& q);

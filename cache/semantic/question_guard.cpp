@@ -25,9 +25,15 @@ const std::unordered_set<std::string>& closed_class_words() {
 
 // Words that turn a question into its opposite ("not red", "no rings", "never take"). After
 // contractions are spelt out (see spelt_out), so "isn't", "isnt" and "is not" all count one "not".
+// Also the words that exclude ("a country outside Europe", "animals that live out of water",
+// "fruit other than apples", "all except one"): added to a question they flip its answer as a
+// "not" does, where the embedding barely moves (0.945 and 0.964 for the first two). A guard errs
+// towards a miss: "find out" or "other" in a harmless sense only costs a fresh answer.
 const std::unordered_set<std::string>& negation_words() {
-  static const std::unordered_set<std::string> words = {"not",     "no",      "never",   "none", "nothing",
-                                                        "nobody",  "nowhere", "neither", "nor",  "without"};
+  static const std::unordered_set<std::string> words = {
+      "not",     "no",     "never",   "none",    "nothing",  "nobody",   "nowhere", "neither", "nor",
+      "without", "outside", "out",    "except",  "excluding", "exclude", "excludes", "besides", "other",
+      "unlike",  "instead", "apart",  "beyond",  "opposite"};
   return words;
 }
 

@@ -116,8 +116,12 @@ void semantic_cache::load_from_store() {
 
 std::optional<semantic_hit> semantic_cache::lookup(const cache_query& q) {
   if (!enabled_) return std::nullopt;
-  std::string question = normalize_question(q.question);
-  if (!cacheable(q) || question.empty()) {
+  // The exact path compares the question as sent: whitespace is part of a prompt (a trailing
+  // space changes the tokens, and a raw completion's answer); the embedding and the lexical
+  // guards read it with its whitespace runs made one space.
+  std::string question = q.question;
+  const std::string normalized = normalize_question(question);
+  if (!cacheable(q) || normalized.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     ++st_.skipped;
     return std::nullopt;
@@ -143,8 +147,8 @@ std::optional<semantic_hit> semantic_cache::lookup(const cache_query& q) {
   // 2. The semantic path.
   std::vector<float> embedding;
   if (semantic_) {
-    const std::string_view cut = utf8_prefix(question, cfg_.max_question_bytes);
-    const bool whole = cut.size() == question.size() && embedder_->fits(cut);
+    const std::string_view cut = utf8_prefix(normalized, cfg_.max_question_bytes);
+    const bool whole = cut.size() == normalized.size() && embedder_->fits(cut);
     if (whole || cfg_.semantic_for_truncated) {
       auto v = embedder_->embed(cut);
       if (v && v.value().size() == static_cast<size_t>(cfg_.index.dimension)) {
@@ -166,7 +170,7 @@ std::optional<semantic_hit> semantic_cache::lookup(const cache_query& q) {
           if (n.similarity < cfg_.threshold) break;
           auto m = entries_.find(n.label);
           if (m == entries_.end() || expired(m->second, now)) continue;
-          if (cfg_.lexical_guards && !may_share_answer(question, m->second.prompt).ok) {
+          if (cfg_.lexical_guards && !may_share_answer(normalized, normalize_question(m->second.prompt)).ok) {
             ++st_.guard_refusals;
             continue;
           }

@@ -50,6 +50,11 @@ TEST(QuestionGuard, RefusesAnAddedOrRemovedNegation) {
       {"How do I make bread?", "How do I make bread without yeast?"},
       {"Which foods contain gluten?", "Which foods contain no gluten?"},
       {"Who came to the party?", "Nobody came to the party?"},
+      // Words that exclude flip the answer as "not" does (served from the cache before).
+      {"Name a country in Europe.", "Name a country outside Europe."},
+      {"List animals that live in water.", "List animals that live out of water."},
+      {"Name a fruit like apples.", "Name a fruit other than apples."},
+      {"Which days are working days?", "Which days are working days except Monday?"},
   };
   for (const auto& [a, b] : pairs) {
     auto v = may_share_answer(a, b);
