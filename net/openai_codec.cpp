@@ -434,7 +434,10 @@ std::string chunk_json(const completion_result& head, const chunk_spec& c, bool 
         if (!c.call_name.empty()) w.field("name", c.call_name);
         w.field("arguments", c.call_arguments);
         w.end_object().end_object().end_array();
-      } else if (c.finish_reason.empty() || !c.text.empty()) {
+      } else if (!c.text.empty() || (c.finish_reason.empty() && !c.logprobs)) {
+        // A chunk of logprobs only (a forced call's markup tokens, a special token) has no
+        // content key: "" there would make an accumulated stream's content "" where the whole
+        // answer says null.
         w.field("content", c.text);
       }
       w.end_object();

@@ -571,3 +571,28 @@ TEST(completion_assembly, the_sampled_token_is_among_its_top_logprobs) {
   EXPECT_EQ(simdjson::dom::object(top.at(2)).size(), 1u);
   EXPECT_DOUBLE_EQ(double(top.at(2)["!"]), -0.75);
 }
+
+// A streamed reply of calls with logprobs: the markup's tokens come in chunks of logprobs only,
+// with no `content` key (a client adding up `content` must end with null, as the whole answer
+// says, not "").
+TEST(completion_assembly, logprobs_of_a_calls_markup_come_without_content) {
+  fake_inference inf;
+  completion_assembly a;
+  auto req = request(true);
+  req.logprobs = true;
+  req.spec.tools.push_back({"f", "", R"({"type":"object"})"});
+  ASSERT_FALSE(a.begin(req, true, 1, inf));
+  const std::string call = tool_call_text;
+  std::vector<std::string> events;
+  for (auto st : {a.feed(0, token(1, call.substr(0, 11))), a.feed(0, token(2, call.substr(11))),
+                  a.feed(0, done(actors::finish::stop))})
+    events.insert(events.end(), st.events.begin(), st.events.end());
+  int with_logprobs = 0;
+  for (size_t k = 1; k < events.size(); ++k) {
+    doc c(sse_json(events[k]));
+    simdjson::dom::element ch = c["choices"].at(0);
+    EXPECT_TRUE(ch["delta"]["content"].error() == simdjson::NO_SUCH_FIELD) << c.text;
+    if (!ch["logprobs"].is_null()) ++with_logprobs;
+  }
+  EXPECT_GE(with_logprobs, 1);
+}
