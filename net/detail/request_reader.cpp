@@ -534,7 +534,7 @@ void read_tool_calls(reader& mr, const std::string& at, actors::chat_message& cm
       cr.err = bad_request("'" + here + ".function' must be an object with 'name' and 'arguments'", here + ".function");
     if (!cr.err) {
       reader fr{dom::object(*f), std::nullopt, here + ".function."};
-      known_fields(fr, {"name", "arguments"});
+      known_fields(fr, {"name", "arguments", "parsed_arguments"});  // the last: .parse()'s copy of arguments
       fr.str("name", tc.name);
       fr.str("arguments", tc.arguments);  // JSON text, as OpenAI sends it: an object here is a wrong type
       if (!fr.err && tc.name.empty())
@@ -564,10 +564,10 @@ void read_messages(reader& r, actors::request_spec& s) {
       return;
     }
     reader mr{dom::object(m), std::nullopt, at};
-    // `refusal`, `annotations`, `audio`, `function_call`: an answer's own fields, null when the
-    // openai client sends an answer back as history (`message.model_dump()`).
+    // `refusal`, `annotations`, `audio`, `function_call`: an answer's own fields, null when the openai
+    // client sends an answer back; `parsed` (a call's `parsed_arguments`): .parse()'s copy of content.
     known_fields(mr, {"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "annotations", "audio",
-                      "function_call"});
+                      "function_call", "parsed"});
     actors::chat_message cm;
     mr.str("role", cm.role);
     if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system message
@@ -628,7 +628,7 @@ void read_messages(reader& r, actors::request_spec& s) {
     } else if (!mr.err) {
       if (mr.get("tool_calls"))
         mr.err = bad_request("'" + at + "tool_calls' is only read on assistant messages", at + "tool_calls");
-      for (const char* k : {"refusal", "annotations", "audio", "function_call"})
+      for (const char* k : {"refusal", "annotations", "audio", "function_call", "parsed"})
         if (!mr.err && dom::object(m)[k].error() == simdjson::SUCCESS)
           mr.err = bad_request("'" + at + k + "' is only read on assistant messages", at + k);
     }

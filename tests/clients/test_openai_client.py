@@ -77,6 +77,28 @@ def test_chat_history_with_content_parts(client):
     assert r.choices[0].message.content.strip()
 
 
+def test_a_parsed_tool_call_sent_back_as_history_is_read(client):
+    # The agent loop the client's docs show: .parse() with a pydantic tool, the message appended
+    # as it came (the client sends its `parsed` and `parsed_arguments` along), the tool's result,
+    # then the next turn.
+    import pydantic
+
+    class Weather(pydantic.BaseModel):
+        city: str
+
+    tools = [openai.pydantic_function_tool(Weather)]
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    first = client.chat.completions.parse(model=MODEL_NAME, messages=messages, tools=tools, tool_choice="required",
+                                          max_tokens=40, temperature=0, extra_body={"cache": False})
+    message = first.choices[0].message
+    assert message.tool_calls and isinstance(message.tool_calls[0].function.parsed_arguments, Weather)
+    messages.append(message)
+    messages.append({"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "Sunny, 21 C"})
+    second = client.chat.completions.create(model=MODEL_NAME, messages=messages, tools=tools, max_tokens=16,
+                                            temperature=0, extra_body={"cache": False})
+    assert second.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
 def test_completion(client):
     r = client.completions.create(model=MODEL_NAME, prompt="The capital of France is", max_tokens=8,
                                   temperature=0)
