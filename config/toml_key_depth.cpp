@@ -17,6 +17,7 @@ std::optional<std::string> key_depth_error(std::string_view text, const std::str
     while (i < text.size()) {
       const char c = text[i];
       if (c == '\\' && q == '"') {
+        if (i + 1 < text.size() && text[i + 1] == '\n') ++line;  // a line-ending backslash
         i += 2;
         continue;
       }

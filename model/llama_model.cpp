@@ -107,24 +107,23 @@ result<double> finite_or(const gguf_file& f, const std::string& key, double dflt
 // rope.scaling.type (as llama.cpp writes it): none, or linear with rope.scaling.factor, which
 // is the same as the older rope.scale_linear. Others (yarn, longrope, ...) change the rotation
 // in ways this engine does not compute: refused by name, not run wrong.
-result<double> positive_factor(const gguf_file& f, const std::string& key) {
-  auto v = finite_or(f, key, 1.0);
-  if (v && !(v.value() > 0.0 && v.value() < 1e30))
-    return make_error("metadata key '" + key + "' has invalid value " + std::to_string(v.value()) + " (a positive factor)");
-  return v;
-}
-
+// As llama.cpp reads them: the factor from rope.scaling.factor, else the older
+// rope.scale_linear, 0 meaning none (1); the type linear when not given.
 result<double> rope_scale_linear(const gguf_file& f, const std::string& p) {
-  auto legacy = positive_factor(f, p + "rope.scale_linear");
-  if (!legacy) return legacy;
-  if (!f.has(p + "rope.scaling.type")) return legacy;
+  const std::string key = f.has(p + "rope.scaling.factor") ? p + "rope.scaling.factor" : p + "rope.scale_linear";
+  auto factor = finite_or(f, key, 1.0);
+  if (!factor) return factor;
+  if (factor.value() == 0.0) factor = 1.0;
+  if (!(factor.value() > 0.0 && factor.value() < 1e30))
+    return make_error("metadata key '" + key + "' has invalid value " + std::to_string(factor.value()) +
+                      " (a positive factor)");
+  if (!f.has(p + "rope.scaling.type")) return factor;
   auto type = f.get_string(p + "rope.scaling.type");
   if (!type) return make_error(type.error());
-  if (type.value() == "none") return 1.0;
-  if (type.value() != "linear")
+  if (type.value() != "none" && type.value() != "linear")
     return make_error("metadata key '" + p + "rope.scaling.type' is '" + type.value() +
                       "': this engine computes rope scaling 'none' and 'linear' only");
-  return positive_factor(f, p + "rope.scaling.factor");
+  return factor;
 }
 
 }  // namespace

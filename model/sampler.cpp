@@ -268,15 +268,21 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
   const float log_z = mx + static_cast<float>(std::log(z));
 
   sample_result r;
+  if (!std::isfinite(mx) || !std::isfinite(z)) {
+    // Logits that are not finite (a broken model file: NaN weights): no weight, share or rank
+    // of them means anything (NaN breaks the sort's ordering), and a draw over them could find
+    // no candidate at all. The first maximum keeps the answer defined; no alternatives.
+    r.token = best;
+    r.logprob = std::numeric_limits<float>::quiet_NaN();
+    return r;
+  }
   thread_local std::vector<candidate> c;
   if (p.n_logprobs > 0) {
     top_candidates(l, n_vocab, std::min(p.n_logprobs, n_vocab), c);
     for (const auto& x : c) r.top.push_back({x.id, x.logit - log_z});
   }
-  if (p.temperature <= 0.0f || !std::isfinite(mx) || !std::isfinite(z)) {
-    // Greedy; ties go to the lowest id, as in llama.cpp. Also where the logits are not finite
-    // (a broken model file: NaN weights): no weight or share of them means anything, and a draw
-    // over them could find no candidate at all; the first maximum keeps the answer defined.
+  if (p.temperature <= 0.0f) {
+    // Greedy; ties go to the lowest id, as in llama.cpp.
     r.token = best;
     r.logprob = mx - log_z;
     return r;

@@ -77,7 +77,7 @@ int32_t scheduler_state::spec_k(const seq& s) const {
   // up to k while everything is kept), and a request whose guesses keep failing at the second
   // settles at 2 (a run of 1, plus the probe). Fewer guesses that fail cost verified positions
   // for nothing, and they dilute the acceptance rate that decides whether to speculate at all
-  // (4 guesses of which 1 is kept read 25%, under min_acceptance; 2 of which 1 read 50%).
+  // (4 guesses of which 1 is kept read 25%, 2 of which 1 read 50%).
   const int32_t k = cfg_.speculative.k;
   if (s.spec_run < 0) return k;  // no step yet: the full k
   return std::clamp(static_cast<int32_t>(std::lround(s.spec_run)) + 1, 1, std::max(1, k));
@@ -178,8 +178,9 @@ void scheduler_state::apply_speculation(seq& s, const inflight_entry& e, const s
   st_.spec_proposed += e.proposed;
   st_.spec_accepted += accepted;
   const auto& c = cfg_.speculative;
-  // Half weight on the newest step: guesses that all fail turn it off after two steps (1, 0.5,
-  // 0.25 against the default 0.3), where 0.7/0.3 took four, each costing a pipelined step.
+  // Half weight on the newest step: guesses that all fail turn it off after four steps at the
+  // default 0.1 (1, 0.5, 0.25, 0.125, 0.0625), after two at 0.3, where 0.7/0.3 weights took
+  // longer, each step costing a pipelined one.
   s.spec_rate = 0.5 * s.spec_rate + 0.5 * static_cast<double>(accepted) / e.proposed;
   // The accepted run, with the same half weight (spec_k).
   // Its prior is k (what spec_k starts with): one rejected first guess must not drop k to 1 at

@@ -32,6 +32,10 @@ TEST(toml_key_depth, too_deep_a_key_is_refused_naming_its_line) {
   auto e = key_depth_error("x = 1\n" + parts(max_key_parts + 1) + " = 1\n", "t.toml");
   ASSERT_TRUE(e);
   EXPECT_NE(e->find("t.toml: line 2"), std::string::npos) << *e;
+  // A line-ending backslash in a multi-line string still ends a line.
+  auto after = key_depth_error("s = \"\"\"one \\\ntwo\"\"\"\n" + parts(max_key_parts + 1) + " = 1\n", "t.toml");
+  ASSERT_TRUE(after);
+  EXPECT_NE(after->find("t.toml: line 3"), std::string::npos) << *after;
   EXPECT_TRUE(key_depth_error("[" + parts(50000) + "]\n", "t.toml"));
   EXPECT_TRUE(key_depth_error("a = { " + parts(200, " . ") + " = 1 }\n", "t.toml"));
   EXPECT_TRUE(key_depth_error("\"q\".\"r\"." + parts(100) + " = 1\n", "t.toml"));

@@ -137,10 +137,10 @@ TEST(LlamaModel, RopeAndHeadSizesOutOfRangeAreRefusedByKeyAndValue) {
   refused("llama.rope.dimension_count", u32(66), "66 (an even count, 2..the head size 64)");
   refused("llama.rope.dimension_count", u32(31), "31");
   refused("llama.attention.key_length", u32(0), "0 (an even head size, 2..4096)");
-  gguf_value zero_scale;
-  zero_scale.type = gguf_value_type::f32;
-  zero_scale.v = 0.0;
-  refused("llama.rope.scale_linear", zero_scale, "0.000000 (a positive factor)");
+  gguf_value negative_scale;
+  negative_scale.type = gguf_value_type::f32;
+  negative_scale.v = -1.0;
+  refused("llama.rope.scale_linear", negative_scale, "-1.000000 (a positive factor)");
   // Fewer rotated dimensions than the head has is partial rotary embedding: allowed.
   EXPECT_TRUE(llama_model::load(with_key(*base, "llama.rope.dimension_count", u32(32))).ok());
 }
@@ -189,8 +189,9 @@ TEST(LlamaModel, MetadataOfTheWrongTypeOrRangeIsRefusedByKey) {
             std::string::npos);
 }
 
-// rope.scaling.type as llama.cpp writes it: linear (with rope.scaling.factor) is the older
-// rope.scale_linear; others are refused by name rather than computed wrong.
+// rope.scaling.type and .factor as llama.cpp reads them: the factor from rope.scaling.factor,
+// else the older rope.scale_linear, 0 meaning none; the type linear when not given; other types
+// are refused by name rather than computed wrong.
 TEST(LlamaModel, RopeScalingLinearIsReadAndOthersAreRefused) {
   const auto base = test::make_synthetic_file(test::synthetic_options{});
   gguf_value linear;
@@ -205,6 +206,17 @@ TEST(LlamaModel, RopeScalingLinearIsReadAndOthersAreRefused) {
   auto legacy = llama_model::load(with_key(*base, "llama.rope.scale_linear", four));
   ASSERT_TRUE(legacy.ok()) << legacy.error();
   EXPECT_FLOAT_EQ(legacy.value()->params().rope_freq_scale, 0.25f);
+  auto factor_only = llama_model::load(with_key(*base, "llama.rope.scaling.factor", four));
+  ASSERT_TRUE(factor_only.ok()) << factor_only.error();
+  EXPECT_FLOAT_EQ(factor_only.value()->params().rope_freq_scale, 0.25f);
+  auto type_and_legacy = llama_model::load(with_key(*with_key(*base, "llama.rope.scaling.type", linear), "llama.rope.scale_linear", four));
+  ASSERT_TRUE(type_and_legacy.ok()) << type_and_legacy.error();
+  EXPECT_FLOAT_EQ(type_and_legacy.value()->params().rope_freq_scale, 0.25f);
+  gguf_value zero = four;
+  zero.v = 0.0;
+  auto none = llama_model::load(with_key(*base, "llama.rope.scaling.factor", zero));
+  ASSERT_TRUE(none.ok()) << none.error();
+  EXPECT_FLOAT_EQ(none.value()->params().rope_freq_scale, 1.0f);
   gguf_value yarn = linear;
   yarn.v = std::string("yarn");
   auto refused = llama_model::load(with_key(*base, "llama.rope.scaling.type", yarn));

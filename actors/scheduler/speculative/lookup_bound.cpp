@@ -16,7 +16,8 @@ lookup_bound_result lookup_bound(const std::vector<int32_t>& prompt, const std::
   // prompt and output[0, i)): over every earlier occurrence of its last n tokens, how far the
   // tokens after that occurrence agree with output[i, ...), at most k.
   std::vector<int64_t> best(static_cast<size_t>(n_out), 0);
-  for (int64_t i = 0; i < n_out; ++i) {
+  // Position 0 stays 0: the first token comes from the prompt's prefill, where nothing guesses.
+  for (int64_t i = 1; i < n_out; ++i) {
     const int64_t size = n_prompt + i;  // tokens known at position i
     if (size < n + 1) continue;         // no earlier occurrence can be followed by a token
     const int32_t* tail = ctx.data() + (size - n);

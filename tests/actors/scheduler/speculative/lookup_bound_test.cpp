@@ -80,3 +80,11 @@ TEST(lookup_bound, no_lookup_proposer_beats_it_and_it_grows_with_k_and_shorter_m
   EXPECT_LE(lookup_bound(prompt, output, 2, 8).steps, lookup_bound(prompt, output, 2, 4).steps);
   EXPECT_LE(lookup_bound(prompt, output, 1, 4).steps, lookup_bound(prompt, output, 2, 4).steps);
 }
+
+TEST(lookup_bound, the_first_token_comes_from_the_prefill_without_a_guess) {
+  // The prompt ends "1 2" and holds "1 2 3 4" earlier: a guess at position 0 would find "3 4",
+  // but the first token is the prefill's own, and the second is the last: two steps.
+  const auto b = lookup_bound({1, 2, 3, 4, 9, 1, 2}, {3, 4}, 2, 4);
+  EXPECT_EQ(b.steps, 2);
+  EXPECT_EQ(b.guessed(), 0);
+}
