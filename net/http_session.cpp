@@ -85,6 +85,23 @@ void http_session::run() {
   });
 }
 
+void http_session::send_health() {
+  const bool draining = ctx_.draining;
+  const bool loaded = ctx_.inf.ready();
+  // Loaded but nothing can serve (a cluster front with no replica left): 503 too.
+  const std::string unavailable = loaded && !draining ? ctx_.inf.unavailable() : std::string();
+  const bool ok = loaded && !draining && unavailable.empty();
+  const std::string state = ok ? "ok" : draining ? "draining" : !loaded ? "loading" : unavailable;
+  const std::string details = ctx_.inf.health_details();
+  std::string body = R"({"status":")" + state + "\"";
+  if (!details.empty()) body += "," + details;
+  send(ok ? http::status::ok : http::status::service_unavailable, body + "}", "application/json");
+}
+
+void http_session::send_metrics() {
+  send(http::status::ok, ctx_.met.render(ctx_.inf.pipeline_metrics()), "text/plain; version=0.0.4");
+}
+
 // ---- TLS (server.tls_cert) ---------------------------------------------------------------
 // The handshake has the time a request has to arrive (a stalled one is a slow-loris too).
 void http_session::handshake() {
@@ -364,24 +381,17 @@ void http_session::handle(request&& req) {
     start_ws_session(ctx_, std::move(stream_), std::move(req), owner, tenant, authed, std::move(slot_));
     return;
   }
-  if (path == "/health") {
-    endpoint_ = "health";
+  if (path == "/health" || path == "/metrics") {
+    endpoint_ = path.substr(1);
     if (!get) return method_not_allowed(path);
-    const bool draining = ctx_.draining;
-    const bool loaded = ctx_.inf.ready();
-    // Loaded but nothing can serve (a cluster front with no replica left): 503 too.
-    const std::string unavailable = loaded && !draining ? ctx_.inf.unavailable() : std::string();
-    const bool ok = loaded && !draining && unavailable.empty();
-    const std::string state = ok ? "ok" : draining ? "draining" : !loaded ? "loading" : unavailable;
-    const std::string details = ctx_.inf.health_details();
-    std::string body = R"({"status":")" + state + "\"";
-    if (!details.empty()) body += "," + details;
-    return send(ok ? http::status::ok : http::status::service_unavailable, body + "}", "application/json");
-  }
-  if (path == "/metrics") {
-    endpoint_ = "metrics";
-    if (!get) return method_not_allowed(path);
-    return send(http::status::ok, ctx_.met.render(ctx_.inf.pipeline_metrics()), "text/plain; version=0.0.4");
+    // Figures gathered after the request came (inference::fresh_figures), without holding the
+    // I/O thread while they are. The callback keeps the session: nothing else is pending on it
+    // meanwhile (it is always called, within fresh_figures' bound).
+    ctx_.inf.fresh_figures([self = shared_from_this(), health = path == "/health"]() mutable {
+      auto ex = self->stream_.get_executor();
+      asio::post(ex, [self = std::move(self), health] { health ? self->send_health() : self->send_metrics(); });
+    });
+    return;
   }
   if (path == "/admin/reload" || path == "/admin/config") {
     const bool reload = path == "/admin/reload";

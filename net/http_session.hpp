@@ -81,6 +81,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void write(const std::shared_ptr<Response>& res);
   void next_request();
   void send_error(const api_error& e);
+  void send_health();   // /health and /metrics, once their figures are fresh (inference::fresh_figures)
+  void send_metrics();
   void reset_request_state();
   void close();
   void close_tcp();

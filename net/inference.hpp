@@ -57,6 +57,10 @@ class inference {
   virtual structured::tool_format tool_format() const { return structured::tool_format::hermes; }
   // Details for /health as JSON object members (`"cache":{...}`), possibly cached; may be empty.
   virtual std::string health_details() const { return {}; }
+  // Calls `then` (on any thread; it must not block) once pipeline_metrics() and
+  // health_details() hold figures gathered after this call, or after a short bound when the
+  // pipeline is too busy to answer. The default: at once (the figures are always current).
+  virtual void fresh_figures(std::function<void()> then) { then(); }
   // Why a loaded server cannot serve a new request now, as /health's status word ("no_replica":
   // every engine replica of a cluster is dead, draining or standing by), or empty when it can.
   // /health then answers 503 with it, so that a load balancer stops sending requests that would

@@ -22,6 +22,7 @@
 
 #include "actors/client.hpp"
 #include "app/serve/cluster.hpp"
+#include "app/serve/fresh_figures.hpp"
 #include "actors/supervisor/pipeline.hpp"
 #include "actors/runtime.hpp"
 #include "cache/embed/embedder.hpp"
@@ -127,7 +128,6 @@ class pipeline_inference : public net::inference {
   }
 
   std::string pipeline_metrics() const override {
-    await_fresh_figures();
     std::string extra = extra_metrics_ ? extra_metrics_() : std::string();
     std::lock_guard<std::mutex> lock(mu_);
     return gauges_ + router_gauges_ + extra;
@@ -185,7 +185,6 @@ class pipeline_inference : public net::inference {
   }
 
   std::string health_details() const override {
-    await_fresh_figures();
     std::lock_guard<std::mutex> lock(mu_);
     return router_health_ + (router_health_.empty() || health_.empty() ? "" : ",") + health_;
   }
@@ -268,28 +267,9 @@ class pipeline_inference : public net::inference {
     return pipeline_.get();
   }
 
-  // /metrics and /health answer with figures gathered after they were asked, so that a client
-  // that reads them right after its answer sees its sequence and KV blocks gone (not the
-  // poller's last round, up to 2 s old): each asks the poller (`wake`) for a round and waits for
-  // it, at most fresh_wait (a pipeline too busy to answer: the last figures). Rounds are shared:
-  // every request asked before a round began is answered by it.
-  static constexpr auto fresh_wait = std::chrono::milliseconds(500);
-  void set_refresher(std::function<void()> wake) {
-    std::lock_guard<std::mutex> lock(mu_);
-    wake_ = std::move(wake);
-  }
-  uint64_t asked() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return asked_;
-  }
-  // A round that began when asked() was `upto` is done.
-  void refreshed(uint64_t upto) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      served_ = std::max(served_, upto);
-    }
-    fresh_cv_.notify_all();
-  }
+  // The requests of /metrics and /health held for a fresh round (fresh_figures.hpp).
+  void fresh_figures(std::function<void()> then) override { fresh_.hold(std::move(then)); }
+  app::fresh_figures& freshness() { return fresh_; }
 
   // Blocking stats calls, kept off the I/O threads: a poller refreshes the gauges.
   void refresh_gauges() {
@@ -299,11 +279,12 @@ class pipeline_inference : public net::inference {
     if (!st) return;
     // After a burst, hand the heap's freed pages back to the system once nothing runs: the
     // allocator keeps them otherwise, and the server's memory would stay at its peak.
+    // (After the round's requests are answered: trim_heap_if_idle.)
     if (st->waiting > 0 || st->running > 0) {
       busy_since_trim_ = true;
     } else if (busy_since_trim_) {
       busy_since_trim_ = false;
-      ::malloc_trim(0);
+      trim_wanted_ = true;
     }
     std::string g;
     auto gauge = [&](const char* name, const char* help, int64_t v) {
@@ -352,6 +333,11 @@ class pipeline_inference : public net::inference {
     health_ = std::move(health);
   }
 
+  // The heap trim refresh_gauges found due: slow on a large heap, so after the figures are out.
+  void trim_heap_if_idle() {
+    if (std::exchange(trim_wanted_, false)) ::malloc_trim(0);
+  }
+
   // The router's figures, refreshed more often than the rest in a cluster (see impl::poll):
   // /health's status says at once when no replica is left.
   void refresh_router() {
@@ -389,20 +375,8 @@ class pipeline_inference : public net::inference {
   std::string router_health_;
   std::string unavailable_;  // unavailable()'s answer, from the router's last figures
   bool busy_since_trim_ = false;  // the poller thread's
-  std::function<void()> wake_;
-  mutable uint64_t asked_ = 0, served_ = 0;  // rounds asked for, and answered (set_refresher)
-  mutable std::condition_variable fresh_cv_;
-
-  void await_fresh_figures() const {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!wake_) return;
-    const uint64_t mine = ++asked_;
-    auto wake = wake_;
-    lock.unlock();
-    wake();
-    lock.lock();
-    fresh_cv_.wait_for(lock, fresh_wait, [&] { return served_ >= mine; });
-  }
+  bool trim_wanted_ = false;      // likewise
+  app::fresh_figures fresh_;
   std::function<void(const std::string&, std::function<void(admin_reply)>)> admin_;
   std::function<std::string()> extra_metrics_;
   // /tokenize, /detokenize and /v1/embeddings.
@@ -588,19 +562,25 @@ struct serve_instance::impl {
                                                milliseconds(full_every));
     auto next_full = steady_clock::now();
     std::unique_lock<std::mutex> lock(mu);
+    uint64_t served = 0;  // the requests the last full round answered (their tickets)
     while (!stopping) {
-      const bool wanted = figures_wanted;  // a /metrics or /health request waits for this round
       figures_wanted = false;
       lock.unlock();
-      const uint64_t asked = inf.asked();
-      if (wanted || steady_clock::now() >= next_full) {
+      // Read before the round: a request counted here is answered by it; one that comes during
+      // it wakes the next (figures_wanted), its ticket above `asked`.
+      const uint64_t asked = inf.freshness().asked();
+      const bool full = asked > served || steady_clock::now() >= next_full;
+      if (full) {
         inf.refresh_gauges();
         next_full = steady_clock::now() + full_every;
       }
       inf.refresh_router();
-      inf.refreshed(asked);
+      if (full) served = asked;
+      inf.freshness().answered(full ? asked : 0);  // also those held past max_wait
+      inf.trim_heap_if_idle();
+      const auto wait = inf.freshness().holding() ? std::min<milliseconds>(router_every, milliseconds(50)) : router_every;
       lock.lock();
-      cv.wait_for(lock, router_every, [&] { return stopping || figures_wanted; });
+      cv.wait_for(lock, wait, [&] { return stopping || figures_wanted; });
     }
   }
 
@@ -613,6 +593,7 @@ struct serve_instance::impl {
     }
     if (loader.joinable()) loader.join();
     if (poller.joinable()) poller.join();
+    inf.freshness().set_waker({});  // no rounds any more: held /metrics and /health requests answer now
     inf.stop_jobs();  // before the server: a job's answer goes to a session of its io_context
     std::vector<admin_thread> admins;
     {
@@ -638,7 +619,7 @@ result<std::unique_ptr<serve_instance>> serve_instance::start(serve_options o) {
   if (auto s = i->srv->start(); !s) return make_error(s.error());
   auto* raw = i.get();
   i->loader = std::thread([raw] { raw->load(); });
-  raw->inf.set_refresher([raw] {
+  raw->inf.freshness().set_waker([raw] {
     std::lock_guard<std::mutex> lock(raw->mu);
     raw->figures_wanted = true;
     raw->cv.notify_all();
