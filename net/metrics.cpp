@@ -67,7 +67,9 @@ std::string metrics::render(const std::string& extra) const {
            std::to_string(v) + "\n";
   };
   counter("troupe_generated_tokens_total", "Tokens streamed to clients.", tokens_.load());
-  counter("troupe_prompt_tokens_total", "Prompt tokens of finished requests.", prompt_tokens_.load());
+  counter("troupe_prompt_tokens_total",
+          "Prompt tokens of finished sequences (a request of n choices counts its prompt n times; its usage once).",
+          prompt_tokens_.load());
   counter("troupe_prefix_cache_hit_tokens_total", "Prompt tokens whose KV came from the prefix cache.",
           prefix_hit_tokens_.load());
   counter("troupe_cache_hits_total", "Requests answered from the response cache.", cache_hits_.load());
