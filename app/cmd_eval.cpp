@@ -11,14 +11,12 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "app/command.hpp"
+#include "app/file_text.hpp"
 #include "model/cpu_backend.hpp"
 #include "model/eval.hpp"
 #include "model/loaded_model.hpp"
@@ -55,17 +53,13 @@ int run_eval(const eval_cli& o) {
   else if (o.kv == "q8") bo.kv_q8 = true;
   else if (o.kv != "f16") return fail("--kv must be f16, f32 or q8, not '" + o.kv + "'");
 
-  std::error_code ec;
-  if (std::filesystem::is_directory(o.file, ec)) return fail("'" + o.file + "' is a directory, not a text file");
-  std::ifstream in(o.file, std::ios::binary);
-  if (!in) return fail("cannot read the text file '" + o.file + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  auto text = troupe::app::read_file_text(o.file);
+  if (!text) return fail(text.error());
   std::fprintf(stderr, "loading %s ...\n", o.model.c_str());
   auto lm = loaded_model::load(o.model);
   if (!lm) return fail(lm.error());
   auto& m = *lm.value();
-  auto toks = m.encode_prompt(ss.str());
+  auto toks = m.encode_prompt(*text);
   if (!toks) return fail("'" + o.file + "': " + toks.error());
   const auto& hp = m.weights->params();
   if (o.ctx > hp.n_ctx_train)

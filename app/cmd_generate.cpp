@@ -8,11 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -21,6 +18,7 @@
 #include "actors/scheduler/speculative/proposer.hpp"
 #include "actors/supervisor/pipeline.hpp"
 #include "app/command.hpp"
+#include "app/file_text.hpp"
 #include "model/batch_generator.hpp"
 #include "model/detail/tokenizer_utf8.hpp"
 #include "model/detokenizer.hpp"
@@ -58,25 +56,16 @@ struct generate_options {
 troupe::result<troupe::structured::constraint_spec> constraint_of(const generate_options& o) {
   namespace kind = troupe::structured::kind;
   std::vector<troupe::structured::constraint_spec> asked;
-  auto read = [](const std::string& path) -> troupe::result<std::string> {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) return troupe::make_error("'" + path + "' is a directory");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return troupe::make_error("cannot read '" + path + "'");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
   for (const auto& [flag, value] : {std::pair{"--json-schema", &o.json_schema_file}, {"--grammar", &o.grammar_file},
                                      {"--regex", &o.regex}, {"--choice", &o.choice}})
     if (*value && (*value)->empty()) return troupe::make_error(std::string(flag) + " must not be empty");
   if (o.json_schema_file) {
-    auto t = read(*o.json_schema_file);
+    auto t = troupe::app::read_file_text(*o.json_schema_file);
     if (!t) return troupe::make_error("--json-schema: " + t.error());
     asked.push_back({kind::json_schema, *t});
   }
   if (o.grammar_file) {
-    auto t = read(*o.grammar_file);
+    auto t = troupe::app::read_file_text(*o.grammar_file);
     if (!t) return troupe::make_error("--grammar: " + t.error());
     asked.push_back({kind::grammar, *t});
   }

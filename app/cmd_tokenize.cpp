@@ -4,16 +4,12 @@
 // vocabulary-only GGUF file works.
 #include <CLI/CLI.hpp>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "app/command.hpp"
+#include "app/file_text.hpp"
 #include "model/gguf_reader.hpp"
 #include "model/tokenizer.hpp"
 
@@ -34,13 +30,9 @@ int fail(const std::string& message) {
 int run_tokenize(const tokenize_options& o, bool from_file) {
   std::string text = o.text;
   if (from_file) {
-    std::ifstream in(o.file, std::ios::binary);
-    if (!in) return fail("cannot read '" + o.file + "': " + std::strerror(errno));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    // A directory opens, and reads as nothing: say so rather than tokenize "".
-    if (std::filesystem::is_directory(o.file)) return fail("cannot read '" + o.file + "': " + std::strerror(EISDIR));
-    text = ss.str();
+    auto read = troupe::app::read_file_text(o.file);
+    if (!read) return fail(read.error());
+    text = std::move(read.value());
   }
   auto file = troupe::model::gguf_file::open(o.model);
   if (!file) return fail(file.error());

@@ -18,10 +18,6 @@
 
 namespace troupe::config {
 
-namespace {
-
-using detail::reader;
-
 // Not an ifstream: it opens a directory and then reads nothing without an error, and an empty
 // text is a valid config (every default), so a directory passed for the file would load as one.
 // Regular files only: a named pipe would block startup, or a reload for good, until something
@@ -73,6 +69,10 @@ result<std::string> read_config_text(const std::string& path) {
   ::close(fd);
   return text;
 }
+
+namespace {
+
+using detail::reader;
 
 std::string parse_error_text(const toml::parse_error& e, const std::string& fallback) {
   const auto& at = e.source();

@@ -32,6 +32,9 @@ result<troupe_config> parse_config(std::string_view text, const std::string& sou
                                    const std::vector<config_override>& overrides = {},
                                    const config_registries& registries = config_registries::global());
 
+// The text of the config file at `path`: a regular file of at most 1 MiB (errors say why not).
+result<std::string> read_config_text(const std::string& path);
+
 // Reads and validates the file at `path`.
 result<troupe_config> load_config(const std::string& path, const std::vector<config_override>& overrides = {},
                                   const config_registries& registries = config_registries::global());

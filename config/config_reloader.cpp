@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <utility>
 
 namespace troupe::config {
@@ -16,28 +13,27 @@ config_reloader::config_reloader(troupe_config running, std::string path, std::s
 
 reload_result config_reloader::reload(const apply_fn& apply) {
   std::lock_guard<std::mutex> serial(reload_mu_);
+  auto refused = [&](const std::string& why) {
+    reload_result r;
+    r.error = "the config was not reloaded (the running one stays): " + why;
+    r.version = version();
+    return r;
+  };
+  if (path_.empty()) {  // started without a file: the default config, found again
+    auto next = resolve_config(path_, exe_path_, overrides_);
+    if (!next) return refused(next.error());
+    return reload_from(next->config, apply);
+  }
+  auto text = read_config_text(path_);
+  if (!text) return refused(text.error());
   // An empty file is a valid config (every key at its default), but as a reload it is far more
   // likely an editor's save caught half-way, and applying it would turn every hot key back to its
   // default (the response cache on, tenant limits gone): refused.
-  if (!path_.empty() && std::filesystem::is_regular_file(path_)) {
-    std::ifstream in(path_, std::ios::binary);
-    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    if (in && std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isspace(c) != 0; })) {
-      reload_result r;
-      r.error = "the config was not reloaded (the running one stays): " + path_ +
-                " is empty (a save in progress?); write the whole file, then reload";
-      r.version = version();
-      return r;
-    }
-  }
-  auto next = resolve_config(path_, exe_path_, overrides_);
-  if (!next) {
-    reload_result r;
-    r.error = "the config was not reloaded (the running one stays): " + next.error();
-    r.version = version();
-    return r;
-  }
-  return reload_from(next->config, apply);
+  if (std::all_of(text->begin(), text->end(), [](unsigned char c) { return std::isspace(c) != 0; }))
+    return refused(path_ + " is empty (a save in progress?); write the whole file, then reload");
+  auto next = parse_config(*text, path_, overrides_);
+  if (!next) return refused(next.error());
+  return reload_from(*next, apply);
 }
 
 reload_result config_reloader::reload_from(const troupe_config& next, const apply_fn& apply) {

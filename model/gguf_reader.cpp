@@ -341,9 +341,14 @@ int64_t gguf_file::get_int_or(const std::string& key, int64_t dflt) const {
   auto r = get_int(key);
   return r ? r.value() : dflt;
 }
-double gguf_file::get_float_or(const std::string& key, double dflt) const {
-  auto r = get_float(key);
-  return r ? r.value() : dflt;
+result<int64_t> gguf_file::get_int(const std::string& key, int64_t dflt) const {
+  if (!has(key)) return dflt;
+  return get_int(key);
+}
+
+result<double> gguf_file::get_float(const std::string& key, double dflt) const {
+  if (!has(key)) return dflt;
+  return get_float(key);
 }
 
 result<std::vector<std::string>> gguf_file::get_string_array(const std::string& key) const {

@@ -71,9 +71,13 @@ class gguf_file {
   result<int64_t> get_int(const std::string& key) const;
   result<double> get_float(const std::string& key) const;
   result<bool> get_bool(const std::string& key) const;
+  // Optional keys: absent gives `dflt`; present, of the wrong type, an error naming the key (a
+  // string where a number belongs is a broken file, not a default).
+  result<int64_t> get_int(const std::string& key, int64_t dflt) const;
+  result<double> get_float(const std::string& key, double dflt) const;
+  // Lenient: absent or of the wrong type gives `dflt`.
   std::string get_string_or(const std::string& key, std::string dflt) const;
   int64_t get_int_or(const std::string& key, int64_t dflt) const;
-  double get_float_or(const std::string& key, double dflt) const;
   result<std::vector<std::string>> get_string_array(const std::string& key) const;
   result<std::vector<double>> get_float_array(const std::string& key) const;
   result<std::vector<int64_t>> get_int_array(const std::string& key) const;

@@ -89,26 +89,18 @@ result<int64_t> positive(const gguf_file& f, const std::string& key) {
   return v;
 }
 
-// An optional integer: absent gives `dflt`; present, it must be an integer (a string or a float
-// there was read as the default before, silently).
-result<int64_t> integer_or(const gguf_file& f, const std::string& key, int64_t dflt) {
-  if (!f.has(key)) return dflt;
-  return f.get_int(key);
-}
-
-// An optional number: absent gives `dflt`; present, it must be a finite number.
+// An optional number: absent gives `dflt`; present, it must be a finite number (inf loaded and
+// generated nothing).
 result<double> finite_or(const gguf_file& f, const std::string& key, double dflt) {
-  if (!f.has(key)) return dflt;
-  auto v = f.get_float(key);
+  auto v = f.get_float(key, dflt);
   if (v && !std::isfinite(v.value())) return make_error("metadata key '" + key + "' is not finite");
   return v;
 }
 
-// rope.scaling.type (as llama.cpp writes it): none, or linear with rope.scaling.factor, which
-// is the same as the older rope.scale_linear. Others (yarn, longrope, ...) change the rotation
-// in ways this engine does not compute: refused by name, not run wrong.
-// As llama.cpp reads them: the factor from rope.scaling.factor, else the older
-// rope.scale_linear, 0 meaning none (1); the type linear when not given.
+// Rotary scaling as llama.cpp reads it: the factor from rope.scaling.factor, else the older
+// rope.scale_linear, 0 meaning none (1); rope.scaling.type linear when not given, or none.
+// Others (yarn, longrope, ...) change the rotation in ways this engine does not compute: refused
+// by name, not run wrong.
 result<double> rope_scale_linear(const gguf_file& f, const std::string& p) {
   const std::string key = f.has(p + "rope.scaling.factor") ? p + "rope.scaling.factor" : p + "rope.scale_linear";
   auto factor = finite_or(f, key, 1.0);
@@ -162,7 +154,7 @@ result<std::shared_ptr<llama_model>> llama_model::load(std::shared_ptr<gguf_file
     *dst = static_cast<int>(v.value());
   }
   // Read as 64-bit and range-checked before narrowing (2^32 + 3 was read as 3).
-  const auto head_count_kv = integer_or(f, p + "attention.head_count_kv", hp.n_head);
+  const auto head_count_kv = f.get_int(p + "attention.head_count_kv", hp.n_head);
   if (!head_count_kv) return make_error(f.path() + ": " + head_count_kv.error());
   if (head_count_kv.value() <= 0 || head_count_kv.value() > hp.n_head || hp.n_head % head_count_kv.value() != 0)
     return make_error(f.path() + ": attention.head_count_kv (" + std::to_string(head_count_kv.value()) +
@@ -171,7 +163,7 @@ result<std::shared_ptr<llama_model>> llama_model::load(std::shared_ptr<gguf_file
   if (hp.n_embd % hp.n_head != 0)
     return make_error(f.path() + ": embedding_length is not a multiple of attention.head_count");
   // Read as 64-bit and range-checked before narrowing: 2^32 would otherwise become 0.
-  const auto key_length = integer_or(f, p + "attention.key_length", hp.n_embd / hp.n_head);
+  const auto key_length = f.get_int(p + "attention.key_length", hp.n_embd / hp.n_head);
   if (!key_length) return make_error(f.path() + ": " + key_length.error());
   const int64_t head_dim = key_length.value();
   if (head_dim <= 0 || head_dim > 4096 || head_dim % 2 != 0)
@@ -179,14 +171,14 @@ result<std::shared_ptr<llama_model>> llama_model::load(std::shared_ptr<gguf_file
                       std::to_string(head_dim) + " (an even head size, 2..4096)");
   hp.head_dim = static_cast<int>(head_dim);
   // V heads of another size than K's (MLA-style models) are not what this engine computes.
-  const auto value_length = integer_or(f, p + "attention.value_length", head_dim);
+  const auto value_length = f.get_int(p + "attention.value_length", head_dim);
   if (!value_length) return make_error(f.path() + ": " + value_length.error());
   if (value_length.value() != head_dim)
     return make_error(f.path() + ": metadata key '" + p + "attention.value_length' is " +
                       std::to_string(value_length.value()) + ", not the key length " + std::to_string(head_dim) +
                       ": V heads of another size than K's are not supported");
   // 0 would rotate nothing (no positions at all); more than the head has no dimensions to rotate.
-  const auto rope_dims = integer_or(f, p + "rope.dimension_count", hp.head_dim);
+  const auto rope_dims = f.get_int(p + "rope.dimension_count", hp.head_dim);
   if (!rope_dims) return make_error(f.path() + ": " + rope_dims.error());
   const int64_t n_rot = rope_dims.value();
   if (n_rot <= 0 || n_rot > hp.head_dim || n_rot % 2 != 0)

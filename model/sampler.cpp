@@ -327,7 +327,6 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
       c.clear();
       for (int32_t i = 0; i < n_vocab; ++i)
         if (static_cast<double>(wl[i]) / mass >= floor_share) c.push_back({i, l[i]});
-      if (c.empty()) c.push_back({best, l[best]});  // NaN shares (a NaN logit elsewhere): the best
       std::sort(c.begin(), c.end(), ranks_before);
       w.resize(c.size());
       for (size_t i = 0; i < c.size(); ++i) w[i] = static_cast<double>(wl[c[i].id]);
@@ -345,7 +344,7 @@ sample_result sample_token(const float* logits, int32_t n_vocab, const sampling_
       return r;
     }
   }
-  r.token = c[std::min(pick, c.size() - 1)].id;
+  r.token = c[pick].id;
   r.logprob = l[r.token] - log_z;
   return r;
 }

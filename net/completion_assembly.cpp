@@ -123,19 +123,18 @@ void completion_assembly::on_token(step& s, size_t i, const actors::token_event&
     }
     return stream_tool_deltas(s, i, ds, logprobs_ ? &lp : nullptr);
   }
-  if (logprobs_) c.held_logprobs.add(logprob_entry(*inf_, t));
-  if (!streaming_) {
-    if (logprobs_) lp = c.held_logprobs.release(t.text);
-    c.text += t.text;
-    for (auto& e : lp) c.logprobs.push_back(std::move(e));
-    return;
-  }
   // A chunk brings its text's entries: text that starts a token waits for its entry.
   std::string text = t.text;
   if (logprobs_) {
+    c.held_logprobs.add(logprob_entry(*inf_, t));
     auto piece = c.held_logprobs.release_aligned(t.text);
     text = std::move(piece.text);
     lp = std::move(piece.entries);
+  }
+  if (!streaming_) {
+    c.text += text;
+    for (auto& e : lp) c.logprobs.push_back(std::move(e));
+    return;
   }
   if (text.empty() && lp.empty()) return;
   ensure_head(s);
@@ -191,17 +190,16 @@ void completion_assembly::on_final(step& s, size_t i, const actors::event& e) {
     // The held text that comes out at the end brings its tokens' logprobs; a stop string that
     // cut the text inside a token cuts its entry (logprob_cover).
     std::vector<token_logprob_entry> lp;
+    std::string text = d->text;
+    if (logprobs_) {
+      auto piece = c.held_logprobs.finish_aligned(d->text);
+      text = std::move(piece.text);
+      lp = std::move(piece.entries);
+    }
     if (!streaming_) {
-      if (logprobs_) lp = c.held_logprobs.finish(d->text);
-      c.text += d->text;
+      c.text += text;
       for (auto& x : lp) c.logprobs.push_back(std::move(x));
     } else {
-      std::string text = d->text;
-      if (logprobs_) {
-        auto piece = c.held_logprobs.finish_aligned(d->text);
-        text = std::move(piece.text);
-        lp = std::move(piece.entries);
-      }
       ensure_head(s);
       if (!text.empty() || !lp.empty()) queue_text_chunk(s, i, text, lp);
       chunk_spec cs;

@@ -36,8 +36,9 @@ class logprob_cover {
     std::string text;                         // what to send now
     std::vector<token_logprob_entry> entries;  // the entries of exactly that text
   };
-  // As release and finish, for a stream: the text held back before comes out with its entry.
-  // Use one kind of call per cover.
+  // As release and finish, holding back text that only starts a token: the text held back
+  // before comes out with its entry. What the assemblies use, streamed or not (a whole answer's
+  // text is the same either way). Use one kind of call per cover.
   aligned_piece release_aligned(std::string_view text);
   aligned_piece finish_aligned(std::string_view text);
 

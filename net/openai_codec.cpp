@@ -319,25 +319,21 @@ void write_text_logprobs(json_writer& w, const std::vector<token_logprob_entry>&
   w.end_array().key("top_logprobs").begin_array();
   for (const auto& e : entries) {
     w.begin_object();
-    std::vector<std::string> shown;
-    for (const auto& [piece, lp] : e.top) {
-      json_writer k;  // the key as written (U+FFFD for bytes that are not whole UTF-8)
+    std::vector<std::string> shown;  // the keys as written (U+FFFD for bytes that are not whole UTF-8)
+    auto add = [&](const std::string& piece, float lp) {
+      json_writer k;
       k.value(piece);
       std::string key = k.take();
-      if (std::find(shown.begin(), shown.end(), key) != shown.end()) continue;
+      if (std::find(shown.begin(), shown.end(), key) != shown.end()) return;
       shown.push_back(std::move(key));
       w.key(piece);
       write_lp(w, lp);
-    }
+    };
+    for (const auto& [piece, lp] : e.top) add(piece, lp);
     const bool sampled_shown = std::any_of(e.top.begin(), e.top.end(), [&](const auto& alt) {
       return alt.second == e.logprob && alt.first.compare(0, e.piece.size(), e.piece) == 0;
     });
-    json_writer k;
-    k.value(e.piece);
-    if (!sampled_shown && std::find(shown.begin(), shown.end(), k.take()) == shown.end()) {
-      w.key(e.piece);
-      write_lp(w, e.logprob);
-    }
+    if (!sampled_shown) add(e.piece, e.logprob);
     w.end_object();
   }
   w.end_array().key("text_offset").begin_array();

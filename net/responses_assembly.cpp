@@ -74,7 +74,6 @@ void responses_assembly::on_token(step& s, const actors::token_event& t) {
   // Tokens whose text the streamer holds back (a possible stop string, part of a UTF-8
   // character) keep their logprobs until that text comes out, as completion_assembly does.
   for (auto& e : lp) held_.add(std::move(e));
-  if (!streaming_) return take_text(s, t.text, held_.release(t.text));
   // A delta brings its text's entries: text that starts a token waits for its entry.
   auto piece = held_.release_aligned(t.text);
   take_text(s, piece.text, std::move(piece.entries));
@@ -172,8 +171,6 @@ void responses_assembly::on_done(step& s, const actors::done_event& d) {
       calls_[j].name = parsed[j].name;
       calls_[j].arguments = parsed[j].arguments;
     }
-  } else if (!streaming_) {
-    take_text(s, d.text, held_.finish(d.text));
   } else {
     auto piece = held_.finish_aligned(d.text);
     take_text(s, piece.text, std::move(piece.entries));

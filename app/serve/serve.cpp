@@ -513,7 +513,6 @@ struct serve_instance::impl {
   std::string load_error;
   bool stopping = false;
   bool stopped = false;
-  bool figures_wanted = false;  // poll(): a request waits for fresh figures
 
   explicit impl(serve_options o) :
       opts(std::move(o)),
@@ -564,10 +563,9 @@ struct serve_instance::impl {
     std::unique_lock<std::mutex> lock(mu);
     uint64_t served = 0;  // the requests the last full round answered (their tickets)
     while (!stopping) {
-      figures_wanted = false;
       lock.unlock();
       // Read before the round: a request counted here is answered by it; one that comes during
-      // it wakes the next (figures_wanted), its ticket above `asked`.
+      // it has a ticket above `asked`, and the wait below ends at once for it.
       const uint64_t asked = inf.freshness().asked();
       const bool full = asked > served || steady_clock::now() >= next_full;
       if (full) {
@@ -580,7 +578,7 @@ struct serve_instance::impl {
       inf.trim_heap_if_idle();
       const auto wait = inf.freshness().holding() ? std::min<milliseconds>(router_every, milliseconds(50)) : router_every;
       lock.lock();
-      cv.wait_for(lock, wait, [&] { return stopping || figures_wanted; });
+      cv.wait_for(lock, wait, [&] { return stopping || inf.freshness().asked() > served; });
     }
   }
 
@@ -620,8 +618,7 @@ result<std::unique_ptr<serve_instance>> serve_instance::start(serve_options o) {
   auto* raw = i.get();
   i->loader = std::thread([raw] { raw->load(); });
   raw->inf.freshness().set_waker([raw] {
-    std::lock_guard<std::mutex> lock(raw->mu);
-    raw->figures_wanted = true;
+    std::lock_guard<std::mutex> lock(raw->mu);  // not between the poller's test and its wait
     raw->cv.notify_all();
   });
   i->poller = std::thread([raw] { raw->poll(); });
