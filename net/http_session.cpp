@@ -630,6 +630,7 @@ void http_session::reset_request_state() {
   gate_.stop();
   finishing_ = false;
   head_counted_ = false;
+  whole_head_out_ = false;
   probe_timer_.cancel();
 }
 
@@ -698,7 +699,7 @@ void http_session::watch_disconnect() {
                      : ec == asio::error::eof               ? result::eof
                                                             : result::failed;
     auto step = self->reading_.watch_ended(r, {self->closed_, self->buffer_.size(), self->answer_->ended(),
-                                               self->answer_->streaming(), self->writing_});
+                                               static_cast<bool>(self->request_), self->writing_});
     if (step.hold) self->hold_self_ = self;
     switch (step.what) {
       case request_reading::watch_action::linger: return self->linger();

@@ -95,6 +95,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void ack_when_written(size_t i);
   void on_event(uint64_t gen, size_t i, const actors::event& e);
   void send_sse_head(bool count = true);
+  void send_head(const char* content_type);
+  void end_whole(std::string body, int status);
   std::string cors_header_lines() const;
   void count_head();
   void end_sse();
@@ -118,6 +120,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   std::string refusal_;         // why it is refused
   std::string cors_origin_;     // the request's allowed Origin (empty: none)
   bool head_counted_ = false;   // the stream's 200 is counted (count_head)
+  bool whole_head_out_ = false; // a whole answer's head went out early, to probe the client (probe_reader)
   request_reading reading_;     // the read deadline, half-close and watch read's state
   boost::asio::steady_timer read_timer_{stream_.get_executor()};   // the request's read deadline
   boost::asio::steady_timer probe_timer_{stream_.get_executor()};  // probe_reader's next write

@@ -94,10 +94,14 @@ void http_session::on_event(uint64_t gen, size_t i, const actors::event& e) {
     for (size_t k = 1; k < answer_->size(); ++k) submit_choice(k);
   if (s.cancel) request_.cancel();
   if (s.error) {
+    if (whole_head_out_) return end_whole(error_json(*s.error), s.error->status);
     if (s.retry_after_s > 0) retry_after_s_ = s.retry_after_s;
     return send_error(*s.error);
   }
-  if (s.answer) return send(http::status::ok, std::move(*s.answer), "application/json");
+  if (s.answer) {
+    if (whole_head_out_) return end_whole(std::move(*s.answer), 200);
+    return send(http::status::ok, std::move(*s.answer), "application/json");
+  }
   if (answer_->stream_open() && !head_counted_) count_head();  // opened early by probe_reader
   if (s.open_stream) send_sse_head();
   for (auto& ev : s.events) queue_chunk(std::move(ev));
@@ -113,15 +117,30 @@ std::string http_session::cors_header_lines() const {
 
 void http_session::send_sse_head(bool count) {
   if (count) count_head();
-  // HTTP/1.0 has no chunked coding (RFC 9112 6.1: only for an HTTP/1.1 request): the events
-  // go out as they are and the closed connection ends the body.
+  send_head("text/event-stream\r\nCache-Control: no-cache");
+}
+
+// A 200 whose body follows in parts (a stream's events, or a whole answer probed early). HTTP/1.0
+// has no chunked coding (RFC 9112 6.1: only for an HTTP/1.1 request): the parts go out as they
+// are and the closed connection ends the body.
+void http_session::send_head(const char* content_type) {
   chunked_ = version_ >= 11;
   if (!chunked_) keep_alive_ = false;
-  std::string h = std::string(chunked_ ? "HTTP/1.1" : "HTTP/1.0") +
-                  " 200 OK\r\nServer: troupe\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n" +
-                  (chunked_ ? "Transfer-Encoding: chunked\r\n" : "") + cors_header_lines();
+  std::string h = std::string(chunked_ ? "HTTP/1.1" : "HTTP/1.0") + " 200 OK\r\nServer: troupe\r\nContent-Type: " +
+                  content_type + "\r\n" + (chunked_ ? "Transfer-Encoding: chunked\r\n" : "") + cors_header_lines();
   h += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
   queue_raw(std::move(h));
+}
+
+// A whole answer whose head went out early (probe_reader): its body (an error's object if it
+// failed, under the 200 already sent), counted under the status it would have had.
+void http_session::end_whole(std::string body, int status) {
+  head_counted_ = true;
+  ctx_.met.count_request(endpoint_, std::to_string(status));
+  queue_chunk(std::move(body));
+  if (chunked_) queue_raw("0\r\n\r\n");
+  finishing_ = true;
+  if (!writing_) after_stream();
 }
 
 // A stream counts as 200 once, when its head goes out with its first event.
@@ -171,20 +190,27 @@ void http_session::write_next() {
                     });
 }
 
-// A streamed completion's client closed its side: a write every second tells a client that
-// left from one that half-closed (request_reading::probe says why).
+// A completion's client closed its side: a write every second tells a client that left from one
+// that half-closed (request_reading::probe says why).
 void http_session::probe_reader() {
-  switch (request_reading::probe(closed_, finishing_, answer_->ended(), answer_->stream_open())) {
+  const bool whole = !answer_->streaming();
+  switch (request_reading::probe(closed_, finishing_, answer_->ended(), whole ? whole_head_out_ : answer_->stream_open())) {
     case request_reading::probe_action::stop:
       return;
     case request_reading::probe_action::open_stream: {
+      if (whole) {
+        whole_head_out_ = true;
+        send_head("application/json");  // counted when the answer comes (or 499)
+        queue_chunk(" ");
+        break;
+      }
       auto s = answer_->open_stream_now();
       if (s.open_stream) send_sse_head(/*count=*/false);  // counted when the answer comes (or 499)
       for (auto& ev : s.events) queue_chunk(std::move(ev));
       break;
     }
     case request_reading::probe_action::comment:
-      queue_chunk(": waiting for the model\n\n");
+      queue_chunk(whole ? " " : ": waiting for the model\n\n");
       break;
   }
   probe_timer_.expires_after(std::chrono::seconds(1));

@@ -137,13 +137,13 @@ request_reading::watch_step request_reading::watch_ended(watch_result result, co
       s.what = std::exchange(resume_after_watch_, false) ? watch_action::reset_and_read : watch_action::close;
       return s;
     case watch_result::eof:
-      // Half-closed (shutdown(SHUT_WR), `nc -N`): the client sent all it will send and still
-      // reads, as HTTP/1.1 allows. Its request goes on and is answered; only a reset or a failed
-      // write means it is gone. Nothing else holds the session meanwhile.
+      // Half-closed (shutdown(SHUT_WR), `nc -N`), or gone: the client sent all it will send. Its
+      // request goes on (a completion is probed, see probe()); only a reset or a failed write
+      // means it is gone. Nothing else holds the session meanwhile.
       peer_closed_ = true;
       s.hold = !f.ended || f.writing;
       if (std::exchange(resume_after_watch_, false)) s.what = watch_action::reset_and_read;
-      else if (f.streaming && !f.ended) s.what = watch_action::probe;
+      else if (f.answering && !f.ended) s.what = watch_action::probe;
       return s;
     case watch_result::failed:
       break;
@@ -152,9 +152,9 @@ request_reading::watch_step request_reading::watch_ended(watch_result result, co
   return s;
 }
 
-request_reading::probe_action request_reading::probe(bool closed, bool finishing, bool ended, bool stream_open) {
+request_reading::probe_action request_reading::probe(bool closed, bool finishing, bool ended, bool head_out) {
   if (closed || finishing || ended) return probe_action::stop;
-  return stream_open ? probe_action::comment : probe_action::open_stream;
+  return head_out ? probe_action::comment : probe_action::open_stream;
 }
 
 }  // namespace troupe::net::detail

@@ -127,7 +127,7 @@ class request_reading {
     read_next,      // read the next request
     reset_and_read, // forget the request just answered, then read the next one
     watch_again,    // the request still runs: go on watching
-    probe,          // a streamed request goes on for a half-closed client: probe it
+    probe,          // a completion goes on for a half-closed client: probe it
     idle,           // nothing to do (the answer is on its way)
   };
   struct watch_step {
@@ -139,7 +139,7 @@ class request_reading {
     bool closed = false;     // the session is closing
     size_t buffered = 0;     // bytes held, what this read brought included
     bool ended = true;       // the running completion (if any) has ended
-    bool streaming = false;  // it is a streamed one
+    bool answering = false;  // it is a completion or a response (streamed or whole), not another wait
     bool writing = false;    // a write of its stream is under way
   };
   watch_step watch_ended(watch_result result, const watch_facts& facts);
@@ -149,13 +149,15 @@ class request_reading {
     open_stream,  // open the stream now (its head and first chunks, as a first token would)
     comment,      // write an SSE comment, which clients skip
   };
-  // A client that closed its side during a streamed completion has either half-closed (it still
-  // reads) or left: a chat page's stop button, or a client's timeout during a long prompt, where
-  // nothing is written for many seconds. Only a write tells them apart: a client that left
-  // answers it with a reset, and the write after that fails, which cancels the request. So the
-  // stream opens at once and a comment goes out every second until the completion ends. A whole
-  // (non-streamed) answer cannot be probed without committing its status: it is still answered.
-  static probe_action probe(bool closed, bool finishing, bool ended, bool stream_open);
+  // A client that closed its side during a completion has either half-closed (it still reads) or
+  // left: a chat page's stop button, or a client's timeout (the openai library's, which then
+  // retries: each try left running would multiply the work). Only a write tells them apart: a
+  // client that left answers it with a reset, and the write after that fails, which cancels the
+  // request. So the answer's head goes out at once and a filler every second until it ends: an
+  // SSE comment in a stream; in a whole answer (200, chunked) a space, which JSON allows before a
+  // value. The price, for a client that half-closed: an error after that is an error object under
+  // the 200 already sent. (nginx and uvicorn treat the FIN as the client leaving, half-close or not.)
+  static probe_action probe(bool closed, bool finishing, bool ended, bool head_out);
 
   // The errors this class answers with, for the session's own uses of them.
   static api_error with_status(int status, std::string message, std::string code);

@@ -17,7 +17,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from harness import metric, recv_json, running_server
+from harness import MODEL_NAME, metric, recv_json, running_server
 
 KEY = "sk-hostile-test-key"
 RESUME_WINDOW_S = 2
@@ -58,6 +58,17 @@ def read_response(sock):
             assert chunk, f"connection closed inside a chunked body: {rest[-200:]!r}"
             rest += chunk
     return status, headers, rest
+
+
+def dechunk(body):
+    """A chunked body's data."""
+    out = b""
+    while True:
+        size, body = body.split(b"\r\n", 1)
+        n = int(size, 16)
+        if n == 0:
+            return out
+        out, body = out + body[:n], body[n + 2:]
 
 
 def closed_after(sock, timeout=10):
@@ -192,8 +203,9 @@ def test_a_half_closed_client_gets_its_whole_answer(server, stream):
         if stream:
             assert b"data: [DONE]" in resp
             assert b'"finish_reason":"length"' in resp
-        else:
-            assert json.loads(resp)["usage"]["completion_tokens"] == 24
+        else:  # its head went out early, to tell a half-close from a client gone: a chunked body
+            assert headers.get("transfer-encoding") == "chunked"
+            assert json.loads(dechunk(resp))["usage"]["completion_tokens"] == 24
 
 
 def test_a_half_close_inside_a_pipelined_request_is_answered_at_once(server):
@@ -298,6 +310,47 @@ def test_a_client_that_leaves_during_a_long_prompt_is_cancelled(server):
     deadline = time.monotonic() + 10
     while metric(server, "troupe_running_sequences") > 0:
         assert time.monotonic() < deadline, "the sequence still runs"
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/completions", {"prompt": "Count from one to a thousand.", "max_tokens": 3000, "ignore_eos": True}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Count to a thousand."}],
+                              "max_tokens": 3000, "ignore_eos": True}),
+    ("/v1/responses", {"input": "Count to a thousand.", "max_output_tokens": 3000, "ignore_eos": True}),
+])
+def test_a_client_that_leaves_during_a_whole_answer_is_cancelled(server, path, body):
+    # A non-streamed request whose client closes (FIN), as the openai library does at its timeout
+    # before it retries: the server writes the answer's head and a space, the client's reset fails
+    # the next write, and the request is cancelled (499) within seconds, not after 3000 tokens.
+    endpoint = {"/v1/completions": "completions", "/v1/chat/completions": "chat_completions", "/v1/responses": "responses"}[path]
+    name = f'troupe_requests_total{{endpoint="{endpoint}",status="499"}}'
+    before = metric(server, name)
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    s.sendall(post_bytes(path, json.dumps(body).encode()))
+    time.sleep(0.5)
+    s.close()
+    deadline = time.monotonic() + 10
+    while metric(server, name) < before + 1:
+        assert time.monotonic() < deadline, "the request was not cancelled"
+        time.sleep(0.1)
+    deadline = time.monotonic() + 10
+    while metric(server, "troupe_running_sequences") > 0 or metric(server, "troupe_kv_blocks_used") > 0:
+        assert time.monotonic() < deadline, "the sequence still runs"
+        time.sleep(0.1)
+
+
+def test_an_openai_client_timeout_leaves_no_work_behind(server):
+    # The openai library closes the connection at its timeout and tries again (max_retries): every
+    # try is cancelled when its client leaves, so none runs on after the caller gave up.
+    import openai
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="x", timeout=1.0, max_retries=2)
+    with pytest.raises(openai.APITimeoutError):
+        client.completions.create(model=MODEL_NAME, prompt="Count to a thousand.", max_tokens=3000,
+                                  extra_body={"ignore_eos": True})
+    deadline = time.monotonic() + 10
+    while metric(server, "troupe_running_sequences") > 0 or metric(server, "troupe_kv_blocks_used") > 0:
+        assert time.monotonic() < deadline, "a timed-out try still runs"
         time.sleep(0.1)
 
 

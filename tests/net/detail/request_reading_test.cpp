@@ -222,19 +222,21 @@ TEST(request_reading, a_reset_closes) {
 }
 
 TEST(request_reading, a_half_closed_client_is_still_answered) {
-  // A whole answer still to come: held, nothing else to do.
-  auto whole = reading();
-  whole.watch_started();
-  auto s = whole.watch_ended(watch_result::eof, {false, 0, false, false, false});
+  // Another wait (embeddings, a reload) still to answer: held, nothing else to do.
+  auto other = reading();
+  other.watch_started();
+  auto s = other.watch_ended(watch_result::eof, {false, 0, false, false, false});
   EXPECT_EQ(s.what, watch_action::idle);
   EXPECT_TRUE(s.hold);
-  EXPECT_TRUE(whole.peer_closed());
-  // A stream still running: held and probed.
-  auto stream = reading();
-  stream.watch_started();
-  s = stream.watch_ended(watch_result::eof, {false, 0, false, true, false});
+  EXPECT_TRUE(other.peer_closed());
+  // A completion still running, streamed or whole: held and probed (a client that left is told
+  // from one that half-closed by the reset that answers a write).
+  auto running = reading();
+  running.watch_started();
+  s = running.watch_ended(watch_result::eof, {false, 0, false, true, false});
   EXPECT_EQ(s.what, watch_action::probe);
   EXPECT_TRUE(s.hold);
+  EXPECT_TRUE(running.peer_closed());
   // Ended, its last bytes being written: held until they are out.
   auto writing = reading();
   writing.watch_started();
@@ -256,7 +258,7 @@ TEST(request_reading, a_half_closed_client_is_still_answered) {
   EXPECT_EQ(next.begin("").what, start_action::close);
 }
 
-TEST(request_reading, the_probe_opens_the_stream_then_writes_comments_until_the_end) {
+TEST(request_reading, the_probe_sends_the_head_then_fillers_until_the_end) {
   EXPECT_EQ(request_reading::probe(false, false, false, false), probe_action::open_stream);
   EXPECT_EQ(request_reading::probe(false, false, false, true), probe_action::comment);
   EXPECT_EQ(request_reading::probe(true, false, false, true), probe_action::stop) << "closed";
