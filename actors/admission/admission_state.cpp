@@ -96,18 +96,25 @@ admission_decision admission_state::admit(const request_spec& spec, int64_t now_
   // sampler keeps to (compiled here, so that a bad schema or grammar is refused by name now).
   std::vector<chat_message> messages = spec.messages;
   structured::constraint_spec constraint = spec.constraint;
+  bool by_tools = false;  // the constraint is the tools' (a forced call, a strict tool, ...)
   if (!spec.tools.empty() || spec.tool_choice != tool_choice::automatic ||
       std::any_of(spec.messages.begin(), spec.messages.end(),
                   [](const chat_message& m) { return m.role == "tool" || !m.tool_calls.empty(); })) {
     auto tp = make_tool_prompt(spec, codec_->tool_format());
     if (!tp) return reject(errc::invalid_request, tp.error());
     messages = std::move(tp->messages);
-    if (!tp->constraint.empty()) constraint = std::move(tp->constraint);
+    if (!tp->constraint.empty()) {
+      // A forced call's grammar replaces the structured output; a bad schema is still refused.
+      if (!spec.constraint.empty())
+        if (auto c = codec_->compile_constraint(spec.constraint); !c) return reject(errc::invalid_request, c.error());
+      constraint = std::move(tp->constraint);
+      by_tools = true;
+    }
   }
   if (!constraint.empty()) {
     // The constraint is the request's own, or the one its tools set (a forced call, a strict
     // tool, parallel_tool_calls false): the message says which.
-    if (spec.ignore_eos && !spec.constraint.empty())
+    if (spec.ignore_eos && !by_tools)
       return reject(errc::invalid_request, "'ignore_eos' cannot be combined with a structured output: the output ends where the " +
                                                constraint.kind + " is complete");
     if (spec.ignore_eos)

@@ -66,9 +66,9 @@ result<tool_prompt> make_tool_prompt(const request_spec& spec, structured::tool_
 
   if (spec.tool_choice == tool_choice::required || spec.tool_choice == tool_choice::function) {
     if (spec.tools.empty()) return make_error("'tool_choice' \"" + spec.tool_choice + "\" needs 'tools'");
-    if (!spec.constraint.empty())
-      return make_error("'tool_choice' forces a call, which cannot be combined with a structured output ('" +
-                        spec.constraint.kind + "')");
+    // A structured output (response_format, text.format) holds the reply's text; a forced call
+    // leaves none, its arguments keep to the function's schema: the call's grammar replaces it,
+    // as OpenAI answers such a request (instructor's RESPONSES_TOOLS mode sends both).
     // "required": one call or more (OpenAI's words) while parallel calls are allowed, in a format
     // whose calls have markers, so that the streamer's guard can end a reply that repeats one
     // (actors/streamer/filters/repeated_call_guard.hpp); else, and for a named function, one call.

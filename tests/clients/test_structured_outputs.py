@@ -352,6 +352,35 @@ def test_parallel_tool_calls_false_gives_one_call_at_most(client):
             assert isinstance(json.loads(calls[0].function.arguments), dict), calls[0]
 
 
+def test_a_forced_call_with_a_structured_output_is_the_call(client):
+    """instructor's RESPONSES_TOOLS mode sends a json_schema text.format with the function it forces
+    (and chat clients send response_format beside tool_choice "required"): a forced call leaves no
+    text to hold, so the answer is the call, its arguments keeping to the function's schema. A bad
+    schema in the structured output is still refused by name."""
+    person = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"}},
+              "required": ["name", "age"], "additionalProperties": False}
+    r = client.responses.create(
+        model=MODEL_NAME, input="Alice is 30 years old. Extract the person.", max_output_tokens=120,
+        tools=[{"type": "function", "name": "Person", "parameters": person, "strict": True}],
+        tool_choice={"type": "function", "name": "Person"},
+        text={"format": {"type": "json_schema", "name": "Person", "schema": person, "strict": True}})
+    assert r.status == "completed", r
+    calls = [o for o in r.output if o.type == "function_call"]
+    assert [c.name for c in calls] == ["Person"], r.output
+    jsonschema.validate(json.loads(calls[0].arguments), person)
+    c = ask(client, "Weather in Paris, in celsius?", tools=[WEATHER_TOOL], tool_choice="required",
+            response_format={"type": "json_object"}, max_tokens=120)
+    assert c.choices[0].finish_reason == "tool_calls", c
+    assert c.choices[0].message.content is None
+    jsonschema.validate(json.loads(c.choices[0].message.tool_calls[0].function.arguments),
+                        WEATHER_TOOL["function"]["parameters"])
+    with pytest.raises(openai.BadRequestError) as e:
+        ask(client, "Weather?", tools=[WEATHER_TOOL], tool_choice="required", max_tokens=20,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "nonsense"}}}}})
+    assert "nonsense" in str(e.value)
+
+
 # ---- WebSocket ----------------------------------------------------------------------------------
 
 def test_websocket_generate_with_a_schema_and_a_choice(server):

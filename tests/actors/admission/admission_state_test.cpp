@@ -255,4 +255,18 @@ TEST(admission_state, ignore_eos_refusals_name_the_constraint_they_clash_with) {
   s.ignore_eos = false;
   d = a.admit(s, 0);
   EXPECT_TRUE(d.ok) << d.error.message;
+  // A forced call with a structured output: the call's grammar holds the reply, and ignore_eos
+  // is refused naming the call; the structured output's schema is still checked.
+  s.constraint = {structured::kind::json_schema, R"({"type":"object","properties":{"a":{"type":"string"}}})"};
+  d = a.admit(s, 0);
+  EXPECT_TRUE(d.ok) << d.error.message;
+  s.ignore_eos = true;
+  d = a.admit(s, 0);
+  ASSERT_FALSE(d.ok);
+  EXPECT_NE(d.error.message.find("forced tool call"), std::string::npos) << d.error.message;
+  s.ignore_eos = false;
+  s.constraint = {structured::kind::json_schema, R"({"type":"object","properties":{"a":{"type":"nonsense"}}})"};
+  d = a.admit(s, 0);
+  ASSERT_FALSE(d.ok);
+  EXPECT_NE(d.error.message.find("nonsense"), std::string::npos) << d.error.message;
 }

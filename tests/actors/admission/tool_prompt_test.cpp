@@ -152,6 +152,19 @@ TEST(ToolPrompt, ParallelToolCallsFalseAllowsOneCall) {
   EXPECT_NE(l3.error().find("parallel_tool_calls"), std::string::npos) << l3.error();
 }
 
+// A forced call leaves no text for a structured output to hold: the call's grammar replaces it
+// (instructor's RESPONSES_TOOLS mode sends a json_schema text.format with a named function).
+TEST(ToolPrompt, AForcedCallTakesThePlaceOfAStructuredOutput) {
+  auto f = weather_request();
+  f.tool_choice = tool_choice::required;
+  f.constraint = {structured::kind::json_object, ""};
+  auto g = make_tool_prompt(f, structured::tool_format::hermes);
+  ASSERT_TRUE(g) << g.error();
+  const std::vector<structured::tool_def> defs = {{f.tools[0].name, f.tools[0].description, f.tools[0].parameters, false}};
+  EXPECT_EQ(g->constraint.kind, structured::kind::grammar);
+  EXPECT_EQ(g->constraint.source, *structured::calls_grammar(structured::tool_format::hermes, defs, "", f.parallel_tool_calls));
+}
+
 // A participant's name goes with its turn (the template writes it); a tool result's name does not.
 TEST(ToolPrompt, ParticipantNamesAreKept) {
   auto s = weather_request();
@@ -169,12 +182,6 @@ TEST(ToolPrompt, ErrorsNameTheProblem) {
   auto e = make_tool_prompt(s, structured::tool_format::hermes);
   ASSERT_FALSE(e);
   EXPECT_NE(e.error().find("tool_call_id"), std::string::npos);
-  auto f = weather_request();
-  f.tool_choice = tool_choice::required;
-  f.constraint = {structured::kind::json_object, ""};
-  auto g = make_tool_prompt(f, structured::tool_format::hermes);
-  ASSERT_FALSE(g);
-  EXPECT_NE(g.error().find("json_object"), std::string::npos);
   request_spec p;
   p.prompt = "x";
   p.tools = weather_request().tools;
