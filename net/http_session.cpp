@@ -443,7 +443,7 @@ void http_session::handle(request&& req) {
     endpoint_ = "models";
     if (!get) return method_not_allowed(path);
     if (!authorise(req)) return send_error(unauthorised());
-    return send(http::status::ok, models_json(ctx_.inf.model_name(), ctx_.started_at), "application/json");
+    return send(http::status::ok, models_json(ctx_.inf.listed_models(), ctx_.started_at), "application/json");
   }
   if (path.rfind("/v1/models/", 0) == 0) {
     // The openai client's models.retrieve(id); it percent-encodes the id (a '/' in it too).
@@ -451,14 +451,16 @@ void http_session::handle(request&& req) {
     if (!get) return method_not_allowed(path);
     if (!authorise(req)) return send_error(unauthorised());
     const std::string id = percent_decoded(std::string_view(path).substr(std::strlen("/v1/models/")));
-    if (id != ctx_.inf.model_name()) {
-      api_error e = bad_status(404, "model '" + id + "' is not served here (this server serves '" +
-                                        ctx_.inf.model_name() + "')",
+    const auto listed = ctx_.inf.listed_models();
+    if (std::find(listed.begin(), listed.end(), id) == listed.end()) {
+      std::string names;
+      for (const auto& n : listed) names += (names.empty() ? "'" : ", '") + n + "'";
+      api_error e = bad_status(404, "model '" + id + "' is not served here (this server serves " + names + ")",
                                "unknown_model");
       e.param = "model";
       return send_error(e);
     }
-    return send(http::status::ok, model_json(ctx_.inf.model_name(), ctx_.started_at), "application/json");
+    return send(http::status::ok, model_json(id, ctx_.started_at), "application/json");
   }
   if (path == "/v1/chat/completions" || path == "/v1/completions") {
     chat_ = path == "/v1/chat/completions";

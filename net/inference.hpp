@@ -25,6 +25,9 @@ class inference {
   virtual bool ready() const = 0;
   // The name requests use in their `model` field.
   virtual std::string model_name() const = 0;
+  // What GET /v1/models lists (and /v1/models/{id} describes): the served model first, then any
+  // other model a request may name (the embedding model of /v1/embeddings).
+  virtual std::vector<std::string> listed_models() const { return {model_name()}; }
   // `on_event` runs on a pipeline thread, in order: token events, then one done or error event.
   // It must not block. While not ready, it receives an error_event with code "loading" at once
   // (and the handle is empty). The handle cancels the request: the only way net/ does. With

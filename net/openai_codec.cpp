@@ -573,10 +573,10 @@ void write_model(json_writer& w, const std::string& model_name, int64_t created)
 
 }  // namespace
 
-std::string models_json(const std::string& model_name, int64_t created) {
+std::string models_json(const std::vector<std::string>& model_names, int64_t created) {
   json_writer w;
   w.begin_object().field("object", "list").key("data").begin_array();
-  write_model(w, model_name, created);
+  for (const auto& name : model_names) write_model(w, name, created);
   w.end_array().end_object();
   return w.take();
 }

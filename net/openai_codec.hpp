@@ -128,7 +128,7 @@ std::string chat_chunk_json(const completion_result& head, const chunk_spec& c);
 std::string text_chunk_json(const completion_result& head, const chunk_spec& c);
 
 // GET /v1/models (the list of one) and GET /v1/models/{id} (that one model).
-std::string models_json(const std::string& model_name, int64_t created);
+std::string models_json(const std::vector<std::string>& model_names, int64_t created);
 std::string model_json(const std::string& model_name, int64_t created);
 
 // POST /v1/embeddings: `input` a string or an array of strings (at most max_embedding_inputs;

@@ -75,7 +75,7 @@ status admission_state::check_speculative(const std::string& method) const {
 admission_decision admission_state::admit(const request_spec& spec, int64_t now_us) {
   if (!spec.model.empty() && spec.model != cfg_.model_name)
     return reject(errc::unknown_model,
-                  "model '" + spec.model + "' is not served here (this server serves '" + cfg_.model_name + "')");
+                  "model '" + spec.model + "' does not generate text here (this server generates with '" + cfg_.model_name + "')");
   const int n_inputs = (spec.messages.empty() ? 0 : 1) + (spec.prompt.empty() ? 0 : 1) + (spec.prompt_tokens.empty() ? 0 : 1);
   if (n_inputs != 1)
     return reject(errc::invalid_request, "give exactly one of messages, prompt or prompt_tokens");

@@ -115,6 +115,11 @@ class pipeline_inference : public net::inference {
 
   bool ready() const override { return ready_.load(); }
   std::string model_name() const override { return name_; }
+  std::vector<std::string> listed_models() const override {
+    std::vector<std::string> names{name_};
+    if (auto e = listed_embedding_model(); e != name_) names.push_back(e);
+    return names;
+  }
 
   actors::request_handle submit(actors::request_spec spec, actors::event_handler on_event,
                                 actors::ack_mode acks) override {
@@ -405,12 +410,22 @@ class pipeline_inference : public net::inference {
   // ("minilm"), its model folder's ("all-MiniLM-L6-v2") and its full name ("minilm/256/f16").
   std::vector<std::string> embedding_model_names() const {
     std::vector<std::string> names{name_, embedder_name_};
+    if (auto dir = embedder_folder(); !dir.empty()) names.push_back(dir);
+    if (embedder_) names.push_back(embedder_->name());
+    return names;
+  }
+  // MiniLM's model folder ("all-MiniLM-L6-v2"), or "" for another embedder.
+  std::string embedder_folder() const {
+    if (embedder_name_ != "minilm") return {};
     std::string dir = embedder_opts_.model_dir;
     while (!dir.empty() && dir.back() == '/') dir.pop_back();
     if (auto slash = dir.find_last_of('/'); slash != std::string::npos) dir = dir.substr(slash + 1);
-    if (!dir.empty() && embedder_name_ == "minilm") names.push_back(dir);
-    if (embedder_) names.push_back(embedder_->name());
-    return names;
+    return dir;
+  }
+  // The embedding model as /v1/models lists it: the name OpenAI-style clients know it by.
+  std::string listed_embedding_model() const {
+    auto dir = embedder_folder();
+    return dir.empty() ? embedder_name_ : dir;
   }
 
   // On the embed thread.

@@ -29,9 +29,14 @@ CHAT = [{"role": "system", "content": "You are a terse assistant."},
         {"role": "user", "content": "Name three colours."}]
 
 
-def test_models_list_names_the_served_model(client):
+def test_models_list_names_the_served_model_then_the_embedding_model(client):
     ids = [m.id for m in client.models.list()]
-    assert ids == [MODEL_NAME]
+    assert ids == [MODEL_NAME, "all-MiniLM-L6-v2"]
+    assert client.models.retrieve("all-MiniLM-L6-v2").id == "all-MiniLM-L6-v2"
+    assert len(client.embeddings.create(model=ids[1], input="hello").data[0].embedding) == 384
+    with pytest.raises(openai.NotFoundError) as e:  # it makes embeddings, not text
+        client.chat.completions.create(model=ids[1], messages=CHAT, max_tokens=2)
+    assert "does not generate text" in str(e.value)
 
 
 def test_chat_completion(client):

@@ -640,14 +640,15 @@ TEST(openai, models_are_listed_and_one_is_described) {
   EXPECT_EQ(std::string_view(m["object"]), "model");
   EXPECT_EQ(int64_t(m["created"]), 7);
   EXPECT_EQ(std::string_view(m["owned_by"]), "troupe");
-  const auto list = models_json("smol", 7);
+  const auto list = models_json({"smol", "all-MiniLM-L6-v2"}, 7);
   ASSERT_TRUE(valid_json(list)) << list;
   simdjson::dom::parser q;
   auto l = q.parse(list);
   EXPECT_EQ(std::string_view(l["object"]), "list");
-  ASSERT_EQ(dom_size(l["data"]), 1u);
+  ASSERT_EQ(dom_size(l["data"]), 2u);
   EXPECT_EQ(std::string_view(l["data"].at(0)["id"]), "smol");
   EXPECT_EQ(std::string_view(l["data"].at(0)["object"]), "model");
+  EXPECT_EQ(std::string_view(l["data"].at(1)["id"]), "all-MiniLM-L6-v2");
 }
 
 TEST(openai, responses_and_sse_chunks) {
