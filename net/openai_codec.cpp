@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "net/detail/prompt_cache_fields.hpp"
 #include "net/detail/request_reader.hpp"
 #include "net/json_writer.hpp"
 
@@ -96,6 +97,7 @@ parsed_openai parse_openai_request(std::string_view body, bool chat) {
     detail::known_fields(r, {TROUPE_COMMON_FIELDS, "messages", "stream", "stream_options", "n", "logprobs",
                              "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "user", "metadata",
                              "store", "service_tier", "modalities", "prompt_cache_key", "safety_identifier",
+                             TROUPE_PROMPT_CACHE_FIELDS,
                              // refused by name below
                              "prompt", "audio", "functions", "function_call", "prediction", "reasoning_effort",
                              "web_search_options", "verbosity"});
@@ -107,6 +109,7 @@ parsed_openai parse_openai_request(std::string_view body, bool chat) {
     detail::refuse(r, "reasoning_effort", "the model is not a reasoning model");
     detail::refuse(r, "web_search_options", "there is no web search here");
     detail::refuse(r, "verbosity", "the model has no verbosity setting");
+    detail::prompt_cache_fields(r);
   } else {
     detail::known_fields(r, {TROUPE_COMMON_FIELDS, "prompt", "stream", "stream_options", "n", "logprobs", "echo",
                              "suffix", "best_of", "user",

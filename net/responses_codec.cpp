@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "net/detail/prompt_cache_fields.hpp"
 #include "net/detail/request_reader.hpp"
 #include "net/http_routes.hpp"
 #include "net/json_writer.hpp"
@@ -34,7 +35,8 @@ constexpr std::string_view passed_fields[] = {
 constexpr std::string_view own_fields[] = {
     "input", "instructions", "max_output_tokens", "tools", "tool_choice", "text", "top_logprobs", "include",
     "store", "previous_response_id", "background", "truncation", "reasoning", "max_tool_calls", "prompt",
-    "conversation", "prompt_cache_retention"};
+    "conversation", "prompt_cache_retention", "prompt_cache_options", "moderation", "access_programs",
+    "background_options", "context_management", "image"};
 
 std::string text_of(const dom::element& e) { return std::string(std::string_view(e)); }
 
@@ -130,7 +132,8 @@ void read_content(reader& r, std::string_view k, const std::string& at, bool ass
                            here + ".type", "unsupported_field");
     }
     // An output_text part sent back carries its annotations and logprobs: not read.
-    detail::known_fields(pr, {"type", "text", "annotations", "logprobs"});
+    detail::known_fields(pr, {"type", "text", "annotations", "logprobs", "prompt_cache_breakpoint"});
+    detail::refuse_cache_breakpoint(pr);
     if (!pr.err && !pr.get("text")) pr.err = bad_request("'" + here + ".text' is required", here + ".text");
     std::string piece;
     pr.str("text", piece);
@@ -435,7 +438,11 @@ void refuse_unhonoured(reader& r) {
   detail::refuse(r, "max_tool_calls", "a bound on the calls of one response is not served (parallel_tool_calls: false allows one)");
   detail::refuse(r, "prompt", "stored prompt templates are not served");
   detail::refuse(r, "conversation", "conversations are not stored: use previous_response_id");
-  detail::refuse(r, "prompt_cache_retention", "the prefix cache keeps what fits, without a retention per request");
+  detail::prompt_cache_fields(r);
+  detail::refuse(r, "access_programs", "there are no access programs here");
+  detail::refuse(r, "background_options", "responses are answered in the request ('background' is not served)");
+  detail::refuse(r, "context_management", "an input over the context is refused, not compacted");
+  detail::refuse(r, "image", "this server answers in text only");
 }
 
 void replace_all(std::string& s, std::string_view from, std::string_view to) {

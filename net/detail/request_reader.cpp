@@ -597,14 +597,14 @@ void read_messages(reader& r, actors::request_spec& s) {
           std::string type;
           pr.str("type", type);
           if (!pr.err && type != "text") {
-            // OpenAI's other parts (image_url, input_audio, file, refusal) need what a text
-            // model does not have: named, so that the client knows which part to drop.
+            // Other parts (image_url, input_audio, file, refusal) need what a text model lacks: named.
             pr.err = bad_request("'" + here + ".type' \"" + type +
                                      "\" is not supported by this server: it reads text parts only "
                                      "({\"type\":\"text\",\"text\":...})",
                                  here + ".type", "unsupported_field");
           }
-          if (!pr.err) known_fields(pr, {"type", "text"});
+          if (!pr.err) known_fields(pr, {"type", "text", "prompt_cache_breakpoint"});
+          refuse(pr, "prompt_cache_breakpoint", "explicit prompt-cache breakpoints are not served");
           if (!pr.err && !pr.get("text")) pr.err = bad_request("'" + here + ".text' is required", here + ".text");
           std::string text;
           pr.str("text", text);
