@@ -9,6 +9,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
 
 #include "actors/detail/caf_util.hpp"
@@ -193,7 +194,22 @@ router_actor::behavior_type router_fn(self_ptr self, router_options opts) {
         self->state.st->drain(*replica);
         apply(self);
       },
-      [=](stats_atom) { return self->state.st->stats(); },
+      [=](stats_atom) -> caf::result<router_stats> {
+        // The local replica's figures are asked for first (its scheduler answers between steps),
+        // so that /health and /metrics read right after an answer do not show it running: the
+        // tick's are up to report_ms old. Workers' stay as their last report.
+        auto sched = caf::actor_cast<scheduler_actor>(self->state.links.scheduler);
+        if (!sched || !self->state.local_added) return self->state.st->stats();
+        auto rp = self->make_response_promise<router_stats>();
+        self->request(sched, detail::ms(std::max<int64_t>(50, self->state.opts.config.report_ms)), stats_atom::value)
+            .then(
+                [self, rp](const scheduler_stats& st) mutable {
+                  self->state.st->on_report(0, load_of(st), now_us());
+                  rp.deliver(self->state.st->stats());
+                },
+                [self, rp](const caf::error&) mutable { rp.deliver(self->state.st->stats()); });
+        return rp;
+      },
       [=](links_atom, pipeline_links& l) {
         auto& s = self->state;
         s.links = std::move(l);

@@ -663,6 +663,12 @@ def test_metrics_right_after_an_answer_show_its_sequence_and_kv_blocks_gone(clie
              extra_body={"cache": False})
         assert metric(server, "troupe_running_sequences") == 0, i
         assert metric(server, "troupe_kv_blocks_used") == 0, i
+        # The router's view of the replica too (/health's and troupe_replica_*): it showed the
+        # replica's last load report, up to cluster.report_ms old, beside the pipeline's zeros.
+        assert metric(server, 'troupe_replica_running_sequences{replica="0",name="local"}') == 0, i
+        with urllib.request.urlopen(server.url + "/health", timeout=10) as r:
+            replica = json.loads(r.read())["router"]["replicas"][0]
+        assert (replica["running"], replica["waiting"]) == (0, 0), (i, replica)
 
 
 # ---- speculative decoding ------------------------------------------------------------------------
