@@ -60,23 +60,30 @@ std::optional<api_error> completion_assembly::begin(const openai_request& req, b
   max_tokens_field_ = req.max_tokens_field;
   constraint_field_ = req.constraint_field;
   logprobs_ = req.logprobs;
-  echo_.clear();
+  per_prompt_ = static_cast<size_t>(req.n);
+  echoes_.clear();
   if (req.echo) {
-    echo_ = req.spec.prompt;
-    for (int32_t id : req.spec.prompt_tokens) echo_ += inf.token_piece(id);  // a token-id prompt: its text
+    auto text_of = [&inf](const std::string& text, const std::vector<int32_t>& tokens) {
+      std::string t = text;
+      for (int32_t id : tokens) t += inf.token_piece(id);  // a token-id prompt: its text
+      return t;
+    };
+    if (req.batch.empty()) echoes_.push_back(text_of(req.spec.prompt, req.spec.prompt_tokens));
+    for (const auto& p : req.batch) echoes_.push_back(text_of(p.text, p.tokens));
   }
   head_ = completion_result{};
   head_.id = new_completion_id(chat);
   head_.created = created;
   head_.model = req.model.empty() ? inf.model_name() : req.model;
   head_.logprobs = req.logprobs;
-  head_.text_offset_base = utf8_chars(echo_);
+  // With `echo` no logprobs are given (refused): the base is written only when it is 0.
+  head_.text_offset_base = echoes_.empty() ? 0 : utf8_chars(echoes_.front());
   choices_.clear();
-  choices_.resize(static_cast<size_t>(req.n));
+  choices_.resize(static_cast<size_t>(req.n) * std::max<size_t>(1, req.batch.size()));
   if (chat_)
     for (auto& c : choices_) c.tool_parser = tool_parser_for(inf, req.spec);
   n_ended_ = 0;
-  others_submitted_ = req.n == 1;
+  others_submitted_ = choices_.size() == 1;
   head_sent_ = false;
   ended_ = false;
   return std::nullopt;
@@ -220,7 +227,7 @@ void completion_assembly::on_final(step& s, size_t i, const actors::event& e) {
       if (ch.tool_parser)
         for (size_t j = 0; j < ch.tool_parser->calls().size(); ++j)
           calls.push_back({call_id(k, j), ch.tool_parser->calls()[j].name, ch.tool_parser->calls()[j].arguments});
-      r.choices.push_back({echo_ + ch.text, ch.finish_reason, std::move(ch.logprobs), std::move(calls),
+      r.choices.push_back({echo_of(k) + ch.text, ch.finish_reason, std::move(ch.logprobs), std::move(calls),
                            ch.tool_parser && ch.tool_parser->forced()});
     }
     s.answer = chat_ ? chat_completion_json(r) : text_completion_json(r);
@@ -250,18 +257,26 @@ void completion_assembly::on_error(step& s, const actors::error_event& err) {
   s.end_stream = true;
 }
 
-// The prompt is counted once (choice 0's, with its prefix-cache share); the completions (and
-// their speculation) add up.
+// Each prompt is counted once (its first choice's, with its prefix-cache share), as OpenAI counts a
+// batch; the completions (and their speculation) add up.
 actors::usage_info completion_assembly::summed_usage() const {
-  actors::usage_info usage = choices_[0].usage;
-  usage.completion_tokens = 0;
-  usage.speculative_proposed = usage.speculative_accepted = 0;
-  for (const auto& ch : choices_) {
-    usage.completion_tokens += ch.usage.completion_tokens;
-    usage.speculative_proposed += ch.usage.speculative_proposed;
-    usage.speculative_accepted += ch.usage.speculative_accepted;
+  actors::usage_info usage;
+  for (size_t k = 0; k < choices_.size(); ++k) {
+    const auto& u = choices_[k].usage;
+    if (k % per_prompt_ == 0) {
+      usage.prompt_tokens += u.prompt_tokens;
+      usage.cached_prompt_tokens += u.cached_prompt_tokens;
+    }
+    usage.completion_tokens += u.completion_tokens;
+    usage.speculative_proposed += u.speculative_proposed;
+    usage.speculative_accepted += u.speculative_accepted;
   }
   return usage;
+}
+
+const std::string& completion_assembly::echo_of(size_t choice) const {
+  static const std::string none;
+  return echoes_.empty() ? none : echoes_[std::min(echoes_.size() - 1, choice / per_prompt_)];
 }
 
 // A tool call's id: unique per completion and choice, as OpenAI's `call_...`.
@@ -323,7 +338,7 @@ void completion_assembly::ensure_head(step& s) {
       c.role_only = true;
       c.calls_only = choices_[i].tool_parser && choices_[i].tool_parser->forced();
     }
-    else if (!echo_.empty()) c.text = echo_;
+    else if (!echo_of(i).empty()) c.text = echo_of(i);
     else continue;
     s.events.push_back(chunk(c));
   }

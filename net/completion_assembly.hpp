@@ -87,13 +87,15 @@ class completion_assembly : public answer_assembly {
   std::string chunk(const chunk_spec& c) const;
   std::string call_id(size_t choice, size_t call) const;
   actors::usage_info summed_usage() const;
+  const std::string& echo_of(size_t choice) const;  // what `echo` puts before the choice's text
 
   const inference* inf_ = nullptr;
   bool chat_ = true;
   bool streaming_ = false;
   bool include_usage_ = false;
   bool logprobs_ = false;
-  std::string echo_;                             // completions with `echo`: the prompt
+  std::vector<std::string> echoes_;              // completions with `echo`: each prompt's text
+  size_t per_prompt_ = 1;                        // choices per prompt (n): prompt p has choices p * n ..
   std::string max_tokens_field_ = "max_tokens";  // as the client spelt it (errors name it so)
   std::string constraint_field_;                 // the field that constrains the output (errors name it)
   completion_result head_;

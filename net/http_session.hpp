@@ -157,6 +157,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
   };
   request_set request_;  // empty between requests
   actors::request_spec spec_;         // what each choice submits (its seed + index)
+  std::vector<prompt_input> batch_;   // /v1/completions' batch of prompts (empty: spec_'s one)
+  size_t per_prompt_ = 1;             // choices per prompt (n)
   uint64_t generation_ = 0;           // tells a finished completion's late events apart
   // SSE output.
   struct out_chunk {

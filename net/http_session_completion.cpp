@@ -29,6 +29,8 @@ int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 void http_session::start_completion(openai_request req, const std::string& tenant) {
   if (auto e = completion_.begin(req, chat_, unix_now(), ctx_.inf)) return send_error(*e);
   answer_ = &completion_;
+  batch_ = std::move(req.batch);
+  per_prompt_ = static_cast<size_t>(req.n);
   run_answer(std::move(req.spec), tenant);
 }
 
@@ -49,6 +51,11 @@ void http_session::run_answer(actors::request_spec spec, const std::string& tena
 void http_session::submit_choice(size_t i) {
   actors::request_spec spec = spec_;
   spec.sampling.seed = spec_.sampling.seed + i;
+  if (!batch_.empty()) {  // prompt p's choices are p * n .. p * n + n - 1
+    const auto& p = batch_[std::min(batch_.size() - 1, i / per_prompt_)];
+    spec.prompt = p.text;
+    spec.prompt_tokens = p.tokens;
+  }
   std::weak_ptr<http_session> w = weak_from_this();
   const uint64_t gen = generation_;
   // Streaming: manual acks, a token counting as consumed once its chunks are written and the

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "net/detail/prompt_cache_fields.hpp"
+#include "net/detail/prompt_reader.hpp"
 #include "net/detail/request_reader.hpp"
 #include "net/json_writer.hpp"
 
@@ -235,8 +236,12 @@ parsed_openai parse_openai_request(std::string_view body, bool chat) {
     if (!r.err && best_of != 1)
       r.err = bad_request("'best_of' other than 1 is not supported by this server (use 'n')", "best_of");
     bool seen = false;
-    detail::read_prompt(r, req.spec, seen);
+    detail::read_prompts(r, req.spec, req.batch, seen);
     if (!r.err && !seen) r.err = bad_request("'prompt' is required", "prompt");
+    if (!r.err && static_cast<int64_t>(req.batch.size()) * req.n > max_batch_choices)
+      r.err = bad_request("'prompt' holds " + std::to_string(req.batch.size()) + " prompts of " + std::to_string(req.n) +
+                              " choices each: at most " + std::to_string(max_batch_choices) + " choices in one request",
+                          "prompt");
   }
   req.spec.logprobs = req.logprobs;
   detail::bypass_cache_for(r, req.spec, req.logprobs, "logprobs");

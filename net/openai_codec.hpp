@@ -30,12 +30,21 @@ api_error from_pipeline_error(const actors::error_event& e, std::string_view inp
 // {"error":{"message":..,"type":..,"code":..,"param":..}}
 std::string error_json(const api_error& e);
 
+// One prompt of a /v1/completions batch: its text, or its token ids.
+struct prompt_input {
+  std::string text;
+  std::vector<int32_t> tokens;
+};
+
 struct openai_request {
   actors::request_spec spec;
   std::string model;            // as the client wrote it (echoed back)
   bool stream = false;
   bool include_usage = false;   // stream_options.include_usage
   int32_t n = 1;                // choices (1..max_choices), choice i sampled with seed + i
+  // /v1/completions: a batch of two or more prompts (else empty: spec's prompt is the one);
+  // prompt p's choices are p * n .. p * n + n - 1, as OpenAI numbers them.
+  std::vector<prompt_input> batch;
   bool echo = false;            // completions: the prompt before the completion
   // Token logprobs asked (chat `logprobs: true`, completions `logprobs: k`); the alternatives
   // asked are spec.sampling.n_logprobs (chat `top_logprobs`, completions' k).
@@ -45,6 +54,7 @@ struct openai_request {
 };
 
 inline constexpr int32_t max_choices = 16;             // `n`
+inline constexpr int32_t max_batch_choices = 128;      // a batch's prompts times `n`
 inline constexpr int32_t legacy_completion_default_max_tokens = 16;  // /v1/completions without max_tokens
 inline constexpr int32_t max_completion_logprobs = 5;  // completions' `logprobs`, as OpenAI's legacy API
 

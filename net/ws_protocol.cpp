@@ -1,5 +1,6 @@
 #include "net/ws_protocol.hpp"
 
+#include "net/detail/prompt_reader.hpp"
 #include "net/detail/request_reader.hpp"
 #include "net/json_writer.hpp"
 #include "net/openai_codec.hpp"

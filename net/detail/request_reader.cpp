@@ -217,15 +217,6 @@ bool constraint_choice(reader& r, const dom::element& e, const std::string& name
 }
 
 // Token ids ([1, 2, 3]): each an integer in int32's range (admission checks the vocabulary).
-bool token_ids(dom::array a, std::vector<int32_t>& out) {
-  for (dom::element x : a) {
-    int64_t v = 0;
-    if (x.get(v) != simdjson::SUCCESS || v < 0 || v > std::numeric_limits<int32_t>::max()) return false;
-    out.push_back(static_cast<int32_t>(v));
-  }
-  return !out.empty();
-}
-
 // A JSON schema given as an object (or, as vLLM allows, its JSON text in a string).
 bool constraint_schema(reader& r, const dom::element& e, const std::string& name, std::string& out) {
   if (e.is_object()) {
@@ -773,28 +764,6 @@ void read_tools(reader& r, actors::request_spec& s) {
   }
   if (s.tools.empty() && s.tool_choice == actors::tool_choice::required)
     r.err = bad_request("'tool_choice' \"required\" needs 'tools'", "tool_choice");
-}
-
-void read_prompt(reader& r, actors::request_spec& s, bool& seen) {
-  auto e = r.get("prompt");
-  if (!e) return;
-  seen = true;
-  dom::element p = *e;
-  if (p.is_array() && dom::array(p).size() == 1 && !dom::array(p).at(0).is_number()) p = dom::array(p).at(0);  // [x]
-  if (p.is_string()) {
-    s.prompt = std::string(std::string_view(p));
-  } else if (!p.is_array()) {
-    return r.wrong("prompt", "a string, an array of one string or token ids", *e);
-  } else if (!token_ids(dom::array(p), s.prompt_tokens)) {
-    s.prompt_tokens.clear();
-    const bool batch = dom::array(p).size() > 1 && !dom::array(p).at(0).is_number();
-    r.err = bad_request(batch ? "'prompt' holds several prompts: a batch is not served, send one per request"
-                              : "'prompt' must be a string, an array of one string, or token ids ([ids] or [[ids]]: "
-                                "integers from 0, at least one)",
-                        "prompt", batch ? "unsupported_field" : "invalid_request");
-  }
-  // Nothing to continue: the model has no start token to generate from (SmolLM2 has no BOS).
-  if (!r.err && s.prompt.empty() && s.prompt_tokens.empty()) r.err = bad_request("'prompt' must not be empty", "prompt");
 }
 
 }  // namespace troupe::net::detail

@@ -97,9 +97,6 @@ void bypass_cache_for(reader& r, actors::request_spec& s, bool asked, const char
 void read_messages(reader& r, actors::request_spec& s);
 // `tools` (type "function" only) and `tool_choice`.
 void read_tools(reader& r, actors::request_spec& s);
-// `prompt`: a string, an array of one string, or token ids ([ids] or [[ids]], as OpenAI's
-// completions take them: request_spec::prompt_tokens), not empty; `seen` when the field is there.
-// A batch of several prompts is refused.
-void read_prompt(reader& r, actors::request_spec& s, bool& seen);
+// `prompt` (one, or a batch): net/detail/prompt_reader.hpp.
 
 }  // namespace troupe::net::detail

@@ -549,6 +549,32 @@ def test_include_usage_only_when_asked(client):
     assert all(c.usage is None for c in with_usage[:-1])
 
 
+def test_a_batch_of_prompts_answers_each_with_its_n_choices(client):
+    """OpenAI's legacy completions take several prompts in one request (LangChain's OpenAI LLM
+    sends its batches so): prompt p's choices are p * n .. p * n + n - 1, each greedy one what the
+    prompt alone gets; usage counts each prompt once."""
+    prompts = ["The capital of France is", "Two plus two is", "The sky is"]
+    alone = [client.completions.create(model=MODEL_NAME, prompt=p, max_tokens=6, temperature=0,
+                                       extra_body={"cache": False}) for p in prompts]
+    r = client.completions.create(model=MODEL_NAME, prompt=prompts, max_tokens=6, temperature=0, n=2, echo=True,
+                                  extra_body={"cache": False})
+    assert [c.index for c in r.choices] == list(range(6))
+    for c in r.choices:
+        p = c.index // 2
+        assert c.text == prompts[p] + alone[p].choices[0].text, (c.index, c.text)
+    assert r.usage.prompt_tokens == sum(a.usage.prompt_tokens for a in alone)
+    assert r.usage.completion_tokens == sum(2 * a.usage.completion_tokens for a in alone)
+    streamed = {}
+    for chunk in client.completions.create(model=MODEL_NAME, prompt=prompts, max_tokens=6, temperature=0,
+                                           stream=True, extra_body={"cache": False}):
+        for c in chunk.choices:
+            streamed[c.index] = streamed.get(c.index, "") + c.text
+    assert streamed == {p: alone[p].choices[0].text for p in range(3)}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL_NAME, prompt=["a", ""], max_tokens=2)
+    assert e.value.body["param"] == "prompt[1]"
+
+
 def test_echo(client):
     prompt = "Once upon a time"
     r = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=4, temperature=0, echo=True,
@@ -578,9 +604,12 @@ def test_a_token_id_prompt_answers_as_its_text_does(client, server):
     echoed = client.completions.create(model=MODEL_NAME, prompt=ids, max_tokens=6, temperature=0, echo=True,
                                        extra_body={"cache": False})
     assert echoed.choices[0].text == prompt + by_text.choices[0].text
+    batch = client.completions.create(model=MODEL_NAME, prompt=[ids, ids], max_tokens=6, temperature=0,
+                                      extra_body={"cache": False})  # a batch of two token-id prompts
+    assert [c.text for c in batch.choices] == [by_text.choices[0].text] * 2
     with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model=MODEL_NAME, prompt=[ids, ids], max_tokens=2)
-    assert e.value.body["param"] == "prompt" and "batch" in e.value.message
+        client.completions.create(model=MODEL_NAME, prompt=[ids, [10**8]], max_tokens=2)
+    assert "outside the vocabulary" in e.value.message
     with pytest.raises(openai.BadRequestError) as e:
         client.completions.create(model=MODEL_NAME, prompt=[10**8], max_tokens=2)
     assert "outside the vocabulary" in e.value.message

@@ -234,6 +234,41 @@ TEST(completion_assembly, usage_of_several_choices_is_summed) {
   EXPECT_EQ(int64_t(d["usage"]["speculative"]["accepted"]), 5);
 }
 
+// A batch of two prompts, n = 2: four choices, prompt p's being p * 2 and p * 2 + 1; the others
+// start after choice 0's first token; each prompt counted once; `echo` puts each one's own text.
+TEST(completion_assembly, a_batch_answers_each_prompt_with_its_choices) {
+  fake_inference inf;
+  completion_assembly a;
+  auto req = request(false, 2);
+  req.echo = true;
+  req.batch = {{"A:", {}}, {"B:", {}}};
+  ASSERT_FALSE(a.begin(req, false, 1, inf));
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_TRUE(a.feed(0, token(1, "x")).submit_others);
+  for (size_t c = 1; c < 4; ++c) expect_quiet(a.feed(c, token(1, "y")));
+  expect_quiet(a.feed(0, done(actors::finish::stop, "", usage(3, 1, 2))));
+  expect_quiet(a.feed(1, done(actors::finish::stop, "", usage(3, 1, 3))));
+  expect_quiet(a.feed(2, done(actors::finish::stop, "", usage(5, 1))));
+  auto s = a.feed(3, done(actors::finish::stop, "", usage(5, 1)));
+  ASSERT_TRUE(s.answer);
+  doc d(*s.answer);
+  ASSERT_EQ(size_of(d["choices"]), 4u);
+  EXPECT_EQ(str(d["choices"].at(0)["text"]), "A:x");
+  EXPECT_EQ(str(d["choices"].at(1)["text"]), "A:y");
+  EXPECT_EQ(str(d["choices"].at(2)["text"]), "B:y");
+  EXPECT_EQ(str(d["choices"].at(3)["text"]), "B:y");
+  EXPECT_EQ(int64_t(d["usage"]["prompt_tokens"]), 8) << "3 + 5: each prompt once";
+  EXPECT_EQ(int64_t(d["usage"]["completion_tokens"]), 4);
+  EXPECT_EQ(int64_t(d["usage"]["prompt_tokens_details"]["cached_tokens"]), 2);
+  // n = 1: two choices, the second submitted after the first's first token.
+  completion_assembly b;
+  req = request(false, 1);
+  req.batch = {{"A:", {}}, {"B:", {}}};
+  ASSERT_FALSE(b.begin(req, false, 1, inf));
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_TRUE(b.feed(0, token(1, "x")).submit_others);
+}
+
 // A token whose text the streamer holds back keeps its logprob until the text comes out; a
 // final text cut to nothing (a stop string) drops them, so the logprobs cover the text returned.
 TEST(completion_assembly, logprobs_are_held_with_their_text) {
