@@ -21,6 +21,8 @@ struct runtime_options {
   // that a half-open connection is noticed by CAF too (the router's own rule is the load reports).
   bool network = false;
   int64_t heartbeat_ms = 500;
+  // A link silent this long is dropped by CAF: cluster_runtime sets it to cluster.dead_after_ms at
+  // start (at least 3 s), so that the router's rule, not CAF's, decides when a node is dead.
   int64_t connection_timeout_ms = 3000;
   // TLS for the cluster's links (CAF's OpenSSL layer, mutual authentication): this node's
   // certificate and key, and the cluster CA that peers' certificates must be signed by. All

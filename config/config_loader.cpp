@@ -222,6 +222,12 @@ void check(const troupe_config& c, const config_registries& r, reader& rd) {
     rd.fail_key(rd.node_of("admission.default_max_tokens") ? "admission.default_max_tokens" : "admission.max_tokens_cap",
                 "admission.default_max_tokens (" + std::to_string(p.admission.default_max_tokens) +
                     ") exceeds admission.max_tokens_cap (" + std::to_string(p.admission.max_tokens_cap) + ")");
+  // A replica reports every report_ms: dead after less than two reports' time, an idle worker
+  // flaps (declared dead, rejoins under a new id) at every late report.
+  if (const auto& rc = p.router; rc.dead_after_ms < 2 * rc.report_ms)
+    rd.fail_key(rd.node_of("cluster.dead_after_ms") ? "cluster.dead_after_ms" : "cluster.report_ms",
+                "cluster.dead_after_ms (" + std::to_string(rc.dead_after_ms) + ") must be at least twice cluster.report_ms (" +
+                    std::to_string(rc.report_ms) + "): a replica is declared dead after missing reports, not one");
   if (c.backend.kv_f32 && c.backend.kv_q8)
     rd.fail_key("kv.q8", "kv memory is either f32 or q8 (kv.f32, kv.q8), not both");
   // TLS for the HTTP port: a certificate and its key, both readable (serve found out only after

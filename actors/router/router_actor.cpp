@@ -168,6 +168,7 @@ router_actor::behavior_type router_fn(self_ptr self, router_options opts) {
           return refuse("its vocabulary has " + std::to_string(h.n_vocab) + " tokens, this cluster's " +
                         std::to_string(s.opts.n_vocab));
         if (auto why = s.st->numerics_conflict(h.numerics); !why.empty()) return refuse(why);
+        if (auto why = s.st->name_conflict(h.name); !why.empty()) return refuse(why);
         if (s.replica_of.count(sender.address())) return refuse("it has joined already");
         const uint64_t id = s.st->add_replica(h.name, h.block_size, now_us(), h.numerics);
         s.replica_of[sender.address()] = id;

@@ -98,6 +98,14 @@ uint64_t router_state::add_replica(std::string name, int32_t block_size, int64_t
   return id;
 }
 
+std::string router_state::name_conflict(const std::string& name) const {
+  for (const auto& [id, r] : replicas_)
+    if (!name.empty() && r.name == name && r.state != "dead")
+      return "a live replica is named '" + name + "' already (replica " + std::to_string(id) +
+             "): give each worker its own --name";
+  return {};
+}
+
 void router_state::on_report(uint64_t replica_id, const load_report& r, int64_t now_us) {
   auto it = replicas_.find(replica_id);
   // A dead replica's report is late or from a connection that came back: it must rejoin (with a

@@ -3,7 +3,9 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
+#include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +33,38 @@ result<host_port> parse_host_port(const std::string& s, const std::string& what)
   return hp;
 }
 
+namespace {
+
+std::string openssl_reason() {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return "no reason given";
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof buf);
+  return buf;
+}
+
+}  // namespace
+
+// CAF's OpenSSL layer reads the files only when a link opens, and a bad one then ends the process
+// (std::terminate on the front at the first connection; a worker hangs): they are read here first,
+// as CAF will read them.
+status check_tls_files(const config::cluster_options& c) {
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_method()), &SSL_CTX_free);
+  if (!ctx) return make_error("cannot make a TLS context: " + openssl_reason());
+  // The key first: loaded after the certificate, a key of another pair fails as "not a key".
+  if (SSL_CTX_use_PrivateKey_file(ctx.get(), c.tls_key.c_str(), SSL_FILETYPE_PEM) != 1)
+    return make_error("cluster.tls_key '" + c.tls_key + "' is not a PEM private key: " + openssl_reason());
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), c.tls_certificate.c_str()) != 1)
+    return make_error("cluster.tls_certificate '" + c.tls_certificate + "' is not a PEM certificate: " + openssl_reason());
+  if (SSL_CTX_check_private_key(ctx.get()) != 1)
+    return make_error("cluster.tls_key '" + c.tls_key + "' does not belong to cluster.tls_certificate '" +
+                      c.tls_certificate + "': " + openssl_reason());
+  if (SSL_CTX_load_verify_locations(ctx.get(), c.tls_ca.c_str(), nullptr) != 1)
+    return make_error("cluster.tls_ca '" + c.tls_ca + "' holds no PEM CA certificate: " + openssl_reason());
+  return {};
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
@@ -42,6 +76,8 @@ status check_cluster(const config::cluster_options& c) {
   for (const auto* path : {&c.tls_certificate, &c.tls_key, &c.tls_ca})
     if (!path->empty() && ::access(path->c_str(), R_OK) != 0)
       return make_error("cannot read " + *path + " (a cluster.tls_* file)");
+  if (c.tls())
+    if (auto ok = check_tls_files(c); !ok) return ok;
   if (c.listen.empty()) return {};
   auto hp = parse_host_port(c.listen, "cluster.listen");
   if (!hp) return make_error(hp.error());
@@ -53,9 +89,10 @@ status check_cluster(const config::cluster_options& c) {
   return {};
 }
 
-actors::runtime_options cluster_runtime(const config::cluster_options& c) {
+actors::runtime_options cluster_runtime(const config::cluster_options& c, int64_t dead_after_ms) {
   actors::runtime_options o;
   o.network = true;
+  o.connection_timeout_ms = std::max<int64_t>(o.connection_timeout_ms, dead_after_ms);
   o.tls_certificate = c.tls_certificate;
   o.tls_key = c.tls_key;
   o.tls_ca = c.tls_ca;

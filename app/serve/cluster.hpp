@@ -29,7 +29,13 @@ bool is_loopback(const std::string& host);
 status check_cluster(const config::cluster_options& c);
 
 // The actor system's network settings for a cluster node (TLS when configured).
-actors::runtime_options cluster_runtime(const config::cluster_options& c);
+// `dead_after_ms`: cluster.dead_after_ms at start; CAF drops a silent link after it too (at least
+// 3 s), not after a fixed 3 s below a longer setting.
+// The three cluster.tls_* files as CAF's OpenSSL layer will read them: a PEM certificate chain,
+// its private key (checked against it) and a PEM CA file.
+status check_tls_files(const config::cluster_options& c);
+
+actors::runtime_options cluster_runtime(const config::cluster_options& c, int64_t dead_after_ms);
 
 // Publishes the front's router at cluster.listen (over TLS when the runtime has it); the port
 // bound (0 in listen: any free port).

@@ -531,7 +531,7 @@ struct serve_instance::impl {
 
   explicit impl(serve_options o) :
       opts(std::move(o)),
-      rt(opts.config.cluster.listen.empty() ? actors::runtime_options{} : cluster_runtime(opts.config.cluster)),
+      rt(opts.config.cluster.listen.empty() ? actors::runtime_options{} : cluster_runtime(opts.config.cluster, opts.config.pipeline.router.dead_after_ms)),
       inf(opts.config.model.name.empty() ? stem(opts.config.model.path) : opts.config.model.name) {
     const auto& semantic = opts.config.pipeline.cache.semantic;
     inf.set_embedder(semantic.embedder, semantic.embedder_opts);

@@ -100,7 +100,7 @@ int run_worker(const worker_options& o) {
     std::fprintf(stderr, "troupe worker: %s\n", ok.error().c_str());
     return 2;
   }
-  actors::runtime rt(cluster_runtime(conf.cluster));
+  actors::runtime rt(cluster_runtime(conf.cluster, conf.pipeline.router.dead_after_ms));
   auto& sys = rt.system();
 
   actors::door_options d;

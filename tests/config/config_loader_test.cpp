@@ -384,6 +384,15 @@ TEST(ConfigLoader, ANamedPipeIsRefusedWithoutWaitingForAWriter) {
   std::remove(big.c_str());
 }
 
+// A replica is declared dead after missing reports, not one: dead_after_ms under twice report_ms
+// made an idle worker flap (dead, rejoined under a new id) at every report.
+TEST(ConfigLoader, DeadAfterMustSpanTwoReports) {
+  EXPECT_TRUE(has(error_of("[cluster]\ndead_after_ms = 400\n"),
+                  "cluster.dead_after_ms: cluster.dead_after_ms (400) must be at least twice cluster.report_ms (250)"));
+  EXPECT_TRUE(has(error_of("[cluster]\nreport_ms = 2000\n"), "cluster.report_ms: cluster.dead_after_ms (3000)"));
+  EXPECT_TRUE(parse_config("[cluster]\ndead_after_ms = 500\n", "t.toml", {}, config_registries::global()).ok());
+}
+
 // What serve refused only after it had started listening is refused by the config itself, so
 // that `troupe config check` says so too.
 TEST(ConfigLoader, KvFormatsAndHttpTlsFilesMustAgree) {

@@ -35,6 +35,22 @@ TEST(RouterState, ReplicaIdsStartAtOneAndAreNeverReused) {
   EXPECT_EQ(st.policy, "least_loaded");
 }
 
+// Two live workers of one name made logs, /health and a reload's not_applied_on_workers
+// ambiguous: a second is refused while the first lives (draining too), taken once it is dead.
+TEST(RouterState, ANameIsOneLiveWorkers) {
+  router_state s(config("least_loaded"), make_policy("least_loaded"));
+  s.add_local(block, 0);
+  EXPECT_EQ(s.name_conflict("w1"), "");
+  s.add_replica("w1", block, 0);
+  EXPECT_NE(s.name_conflict("w1").find("a live replica is named 'w1' already (replica 1)"), std::string::npos);
+  EXPECT_EQ(s.name_conflict("w2"), "");
+  EXPECT_EQ(s.name_conflict(""), "") << "no name, nothing to confuse";
+  s.drain(1);
+  EXPECT_NE(s.name_conflict("w1"), "");
+  s.kill(1, "connection lost", 0);
+  EXPECT_EQ(s.name_conflict("w1"), "") << "the same worker rejoining after its death";
+}
+
 TEST(RouterState, RoundRobinPlacesInTurn) {
   router_state s(config("round_robin"), make_policy("round_robin"));
   s.add_local(block, 0);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "tests/support/synthetic_model.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe;
 
@@ -154,4 +155,37 @@ TEST(cluster_health, says_why_no_replica_can_serve) {
   EXPECT_NE(h.find(R"("replicas_ready":0)"), std::string::npos) << h;
   EXPECT_NE(h.find(R"("no_replica":"no worker is joined; )"), std::string::npos) << h;
   EXPECT_NE(h.find(R"("state":"standby")"), std::string::npos) << h;
+}
+
+// CAF reads the cluster's TLS files only when a link opens, and a bad one then ends the front
+// (std::terminate) or hangs a worker: check_cluster reads them first and names the key.
+TEST(cluster_tls, files_that_cannot_serve_are_named_before_start) {
+  test::temp_dir d("cluster-tls");
+  const std::string dir = d.str();
+  const std::string fixtures = TROUPE_FIXTURES;
+  const std::string script = fixtures + "/../../scripts/make-cluster-certs.sh";
+  ASSERT_EQ(std::system(("bash " + script + " " + dir + " a b >/dev/null").c_str()), 0);
+  config::cluster_options c;
+  c.listen = "127.0.0.1:0";
+  c.tls_certificate = dir + "/a.pem";
+  c.tls_key = dir + "/a.key";
+  c.tls_ca = dir + "/ca.pem";
+  EXPECT_TRUE(app::check_cluster(c).ok()) << app::check_cluster(c).error();
+  auto expect_named = [&](const char* key, config::cluster_options bad) {
+    auto s = app::check_cluster(bad);
+    ASSERT_FALSE(s.ok()) << key;
+    EXPECT_NE(s.error().find(key), std::string::npos) << s.error();
+  };
+  auto other_key = c;
+  other_key.tls_key = dir + "/b.key";  // b's key with a's certificate
+  expect_named("does not belong to cluster.tls_certificate", other_key);
+  auto garbage_ca = c;
+  garbage_ca.tls_ca = dir + "/a.key";  // a key is no CA certificate
+  expect_named("cluster.tls_ca", garbage_ca);
+  auto key_as_cert = c;
+  key_as_cert.tls_certificate = dir + "/a.key";
+  expect_named("cluster.tls_certificate", key_as_cert);
+  auto cert_as_key = c;
+  cert_as_key.tls_key = dir + "/a.pem";
+  expect_named("cluster.tls_key", cert_as_key);
 }
