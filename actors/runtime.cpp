@@ -3,8 +3,10 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
+#include <spdlog/spdlog.h>
 
 #include "actors/admission/admission.hpp"
+#include "actors/openssl_error_queue.hpp"
 #include "actors/response_cache/response_cache.hpp"
 #include "actors/executor/executor.hpp"
 #include "actors/router/replica_door.hpp"
@@ -78,6 +80,11 @@ runtime::runtime(runtime_options o) {
     cfg_.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(o.heartbeat_ms)});
     cfg_.set("middleman.connection-timeout", caf::timespan{std::chrono::milliseconds(o.connection_timeout_ms)});
     if (o.tls()) {
+      // CAF's TLS sessions need each thread's OpenSSL error queue cleared before every call
+      // (actors/openssl_error_queue.hpp); without it one peer's end breaks the others' links.
+      if (!openssl_error_queue_guarded())
+        spdlog::warn("troupe: the OpenSSL error-queue guard is not in effect: one cluster peer's death may close "
+                     "the TLS links of others (actors/openssl_error_queue.hpp)");
       cfg_.load<caf::openssl::manager>();
       cfg_.openssl_certificate = o.tls_certificate;
       cfg_.openssl_key = o.tls_key;
