@@ -196,7 +196,8 @@ void router_state::continue_lost(std::vector<uint64_t> ids, const std::string& l
     fx_.to_streamer.failed.push_back(seq_failed{
         id, errc::no_replica,
         label + " " + what + " after " + std::to_string(n) +
-            " tokens of this request, and no engine replica is left to continue it (" + no_replica_reason() + ")"});
+            " tokens of this request, and no engine replica is left to continue it (" +
+            (unfit_.empty() ? no_replica_reason() : unfit_) + ")"});
     fx_.log.push_back("request " + std::to_string(id) + " failed: no replica to continue it after " + label + " " +
                       what);
     flights_.erase(id);
@@ -253,7 +254,8 @@ void router_state::enqueue(admitted_request r, int64_t now_us) {
   flights_[id] = std::move(f);
   if (place(id, now_us)) return;
   ++refused_;
-  fx_.to_streamer.failed.push_back(
+  if (!unfit_.empty()) fx_.to_streamer.failed.push_back(seq_failed{id, errc::kv_capacity, unfit_});
+  else fx_.to_streamer.failed.push_back(
       seq_failed{id, errc::no_replica, "no engine replica is available (" + no_replica_reason() + ")"});
   flights_.erase(id);
 }
@@ -272,9 +274,22 @@ bool router_state::place(uint64_t id, int64_t /*now_us*/) {
   flight& f = flights_.at(id);
   admitted_request req = continuation(f);
 
+  // Only replicas whose KV memory can hold the whole request (workers' may differ: kv.memory_mib
+  // is not a join key); one that cannot would refuse it at once and, so looking idle, draw more.
+  unfit_.clear();
+  const int64_t tokens = static_cast<int64_t>(req.prompt.size()) + std::max(0, req.max_tokens);
+  int64_t largest = 0;
   std::vector<replica*> candidates;
-  for (auto& [rid, r] : replicas_)
-    if (takes_new(r)) candidates.push_back(&r);
+  for (auto& [rid, r] : replicas_) {
+    if (!takes_new(r)) continue;
+    const int64_t slots = static_cast<int64_t>(r.load.kv_blocks_total) * r.block_size;
+    largest = std::max(largest, slots);
+    if (r.load.kv_blocks_total > 0 && (tokens + r.block_size - 1) / r.block_size > r.load.kv_blocks_total) continue;
+    candidates.push_back(&r);
+  }
+  if (candidates.empty() && largest > 0)
+    unfit_ = "prompt plus max_tokens (" + std::to_string(tokens) + " tokens) needs more KV memory than any replica has (" +
+             "the largest holds " + std::to_string(largest) + " token slots); lower max_tokens";
   if (candidates.empty() || !policy_) return false;
 
   const bool hits = policy_->wants_prefix_hits();

@@ -146,6 +146,7 @@ class router_state {
   router_config cfg_;
   std::unique_ptr<routing_policy> policy_;
   std::map<uint64_t, replica> replicas_;
+  std::string unfit_;  // why the last place() found no replica: none can hold the request (else empty)
   uint64_t next_replica_ = 1;
   std::unordered_map<uint64_t, flight> flights_;
   router_effects fx_;

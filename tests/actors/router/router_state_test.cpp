@@ -51,6 +51,35 @@ TEST(RouterState, ANameIsOneLiveWorkers) {
   EXPECT_EQ(s.name_conflict("w1"), "") << "the same worker rejoining after its death";
 }
 
+// Workers' KV memory may differ (kv.memory_mib is no join key): a request goes only where its
+// whole KV fits. A small replica refused such requests at once (a 400 to the client) and, so
+// looking idle, drew most of them under least_loaded; none fitting is kv_capacity, naming sizes.
+TEST(RouterState, ARequestGoesOnlyWhereItsKvFits) {
+  for (const char* policy : {"least_loaded", "round_robin", "prefix_affinity"}) {
+    router_state s(config(policy, false), make_policy(policy));
+    s.add_local(block, 0);
+    const uint64_t small = s.add_replica("small", block, 0), big = s.add_replica("big", block, 0);
+    load_report r;
+    r.kv_blocks_total = r.kv_blocks_available = 22;  // 352 token slots
+    s.on_report(small, r, 0);
+    r.kv_blocks_total = r.kv_blocks_available = 4000;
+    r.running = 8;  // busier: least_loaded would pick the small one
+    s.on_report(big, r, 0);
+    for (uint64_t id = 1; id <= 6; ++id) {
+      s.enqueue(request(id, tokens(1, 100), 400), 0);  // 500 tokens: only `big` holds them
+      EXPECT_EQ(placed_on(s), big) << policy;
+    }
+    s.enqueue(request(7, tokens(1, 100), 100), 0);  // fits both
+    EXPECT_TRUE(s.take_effects().to_streamer.failed.empty()) << policy;
+    s.enqueue(request(8, tokens(1, 100), 70000), 0);
+    auto fx = s.take_effects();
+    ASSERT_EQ(fx.to_streamer.failed.size(), 1u) << policy;
+    EXPECT_EQ(fx.to_streamer.failed[0].code, errc::kv_capacity);
+    EXPECT_NE(fx.to_streamer.failed[0].message.find("the largest holds 64000 token slots"), std::string::npos)
+        << fx.to_streamer.failed[0].message;
+  }
+}
+
 TEST(RouterState, RoundRobinPlacesInTurn) {
   router_state s(config("round_robin"), make_policy("round_robin"));
   s.add_local(block, 0);
