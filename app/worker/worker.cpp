@@ -162,8 +162,13 @@ int run_worker(const worker_options& o) {
         failures = 0;
         caf::anon_send(door, actors::connect_atom::value, std::move(router.value()));
       } else {
+        // A front that is up but speaks otherwise (its HTTP port, TLS on one side only, another
+        // CA) fails the same way as one that is down: the hint says what to check.
         if (failures++ % 20 == 0)
-          spdlog::warn("troupe worker: cannot reach the front at {}: {} (retrying)", o.join, router.error());
+          spdlog::warn("troupe worker: cannot reach the front at {}: {} (retrying; if the front is up, check that "
+                       "--join names its cluster.listen, not its HTTP port, and that both sides set cluster.tls_* "
+                       "with certificates of one CA, or neither does)",
+                       o.join, router.error());
         next_try = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
       }
     }
