@@ -103,7 +103,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void queue_chunk(std::string data);
   void queue_raw(std::string data);
   void write_next();
-  void probe_reader();
+  void probe_reader(bool timer = false);  // `timer`: its second-by-second round
   void after_stream();
 
   // ---- the Responses API (http_session_responses.cpp) ----

@@ -45,12 +45,13 @@ void http_session::run_answer(actors::request_spec spec, const std::string& tena
   watch_disconnect();  // also keeps this session alive while the request runs
 }
 
-// Choice i is its own request with seed + i (greedy ones are equal, as OpenAI's). Choice 0 goes
+// Choice i is its own request, choice j of its prompt with seed + j (greedy ones are equal, as
+// OpenAI's; a batch's prompt samples as it would alone). Choice 0 goes
 // first, the others once its first token is out: by then its prompt's KV blocks are in the
 // prefix cache and the others share them instead of computing them again.
 void http_session::submit_choice(size_t i) {
   actors::request_spec spec = spec_;
-  spec.sampling.seed = spec_.sampling.seed + i;
+  spec.sampling.seed = spec_.sampling.seed + i % per_prompt_;  // a batch's prompt p: seed + j, as alone
   if (!batch_.empty()) {  // prompt p's choices are p * n .. p * n + n - 1
     const auto& p = batch_[std::min(batch_.size() - 1, i / per_prompt_)];
     spec.prompt = p.text;
@@ -199,12 +200,16 @@ void http_session::write_next() {
 
 // A completion's client closed its side: a write every second tells a client that left from one
 // that half-closed (request_reading::probe says why).
-void http_session::probe_reader() {
+void http_session::probe_reader(bool timer) {
+  if (!request_) return;  // a timer of a request answered meanwhile (its cancel came too late)
   const bool whole = !answer_->streaming();
   switch (request_reading::probe(closed_, finishing_, answer_->ended(), whole ? whole_head_out_ : answer_->stream_open())) {
     case request_reading::probe_action::stop:
       return;
     case request_reading::probe_action::open_stream: {
+      // A whole answer's head waits a second: a refusal that comes at once (429 with its
+      // Retry-After, 400 context_length_exceeded) keeps its status for a client that half-closed.
+      if (whole && !timer) break;
       if (whole) {
         whole_head_out_ = true;
         send_head("application/json");  // counted when the answer comes (or 499)
@@ -221,8 +226,8 @@ void http_session::probe_reader() {
       break;
   }
   probe_timer_.expires_after(std::chrono::seconds(1));
-  probe_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
-    if (!ec) self->probe_reader();
+  probe_timer_.async_wait([self = shared_from_this(), gen = generation_](beast::error_code ec) {
+    if (!ec && gen == self->generation_) self->probe_reader(true);
   });
 }
 

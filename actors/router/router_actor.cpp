@@ -168,7 +168,11 @@ router_actor::behavior_type router_fn(self_ptr self, router_options opts) {
           return refuse("its vocabulary has " + std::to_string(h.n_vocab) + " tokens, this cluster's " +
                         std::to_string(s.opts.n_vocab));
         if (auto why = s.st->numerics_conflict(h.numerics); !why.empty()) return refuse(why);
-        if (auto why = s.st->name_conflict(h.name); !why.empty()) return refuse(why);
+        if (h.block_size <= 0) return refuse("its KV block size is " + std::to_string(h.block_size));
+        // Not refused: a replacement started while the old one drains, or before the front has
+        // noticed its death, takes the same name; the log says which replica is which.
+        if (auto why = s.st->name_conflict(h.name); !why.empty())
+          spdlog::warn("troupe: router: {} joins while {}", who, why.substr(0, why.find(':')));
         if (s.replica_of.count(sender.address())) return refuse("it has joined already");
         const uint64_t id = s.st->add_replica(h.name, h.block_size, now_us(), h.numerics);
         s.replica_of[sender.address()] = id;
@@ -202,7 +206,9 @@ router_actor::behavior_type router_fn(self_ptr self, router_options opts) {
         auto sched = caf::actor_cast<scheduler_actor>(self->state.links.scheduler);
         if (!sched || !self->state.local_added) return self->state.st->stats();
         auto rp = self->make_response_promise<router_stats>();
-        self->request(sched, detail::ms(std::max<int64_t>(50, self->state.opts.config.report_ms)), stats_atom::value)
+        // At most 0.5 s: the server's own wait for these figures is 2 s.
+        const int64_t wait_ms = std::clamp<int64_t>(self->state.opts.config.report_ms, 50, 500);
+        self->request(sched, detail::ms(wait_ms), stats_atom::value)
             .then(
                 [self, rp](const scheduler_stats& st) mutable {
                   self->state.st->on_report(0, load_of(st), now_us());

@@ -102,7 +102,7 @@ std::string router_state::name_conflict(const std::string& name) const {
   for (const auto& [id, r] : replicas_)
     if (!name.empty() && r.name == name && r.state != "dead")
       return "a live replica is named '" + name + "' already (replica " + std::to_string(id) +
-             "): give each worker its own --name";
+             "): give each worker its own --name, unless it replaces that one";
   return {};
 }
 

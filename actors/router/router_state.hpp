@@ -44,8 +44,8 @@ class router_state {
   // serves (cluster.local_replica) and they are known, else those of the workers live now (they
   // agree); with none of either, any worker may join (and sets them for the next).
   std::string numerics_conflict(const replica_numerics& theirs) const;
-  // Why a worker named `name` may not join: a live replica (ready or draining) has that name, and
-  // logs, /health and a reload's not_applied_on_workers name workers by it. Empty: it may.
+  // Whether a live replica (ready or draining) is named `name` already, as a line for the log
+  // (logs, /health and a reload's not_applied_on_workers name workers by it); empty if none is.
   std::string name_conflict(const std::string& name) const;
   // A worker's replica joined; returns its id (ids are never reused).
   uint64_t add_replica(std::string name, int32_t block_size, int64_t now_us, replica_numerics numerics = {});

@@ -52,9 +52,11 @@ std::string openssl_reason() {
 status check_tls_files(const config::cluster_options& c) {
   std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_method()), &SSL_CTX_free);
   if (!ctx) return make_error("cannot make a TLS context: " + openssl_reason());
+  // An encrypted key: no passphrase prompt (CAF would get none either), an error that says so.
+  SSL_CTX_set_default_passwd_cb(ctx.get(), [](char*, int, int, void*) { return 0; });
   // The key first: loaded after the certificate, a key of another pair fails as "not a key".
   if (SSL_CTX_use_PrivateKey_file(ctx.get(), c.tls_key.c_str(), SSL_FILETYPE_PEM) != 1)
-    return make_error("cluster.tls_key '" + c.tls_key + "' is not a PEM private key: " + openssl_reason());
+    return make_error("cluster.tls_key '" + c.tls_key + "' is not an unencrypted PEM private key: " + openssl_reason());
   if (SSL_CTX_use_certificate_chain_file(ctx.get(), c.tls_certificate.c_str()) != 1)
     return make_error("cluster.tls_certificate '" + c.tls_certificate + "' is not a PEM certificate: " + openssl_reason());
   if (SSL_CTX_check_private_key(ctx.get()) != 1)

@@ -153,10 +153,11 @@ class request_reading {
   // left: a chat page's stop button, or a client's timeout (the openai library's, which then
   // retries: each try left running would multiply the work). Only a write tells them apart: a
   // client that left answers it with a reset, and the write after that fails, which cancels the
-  // request. So the answer's head goes out at once and a filler every second until it ends: an
-  // SSE comment in a stream; in a whole answer (200, chunked) a space, which JSON allows before a
-  // value. The price, for a client that half-closed: an error after that is an error object under
-  // the 200 already sent. (nginx and uvicorn treat the FIN as the client leaving, half-close or not.)
+  // request. So the answer's head goes out (a stream's at once, a whole answer's after a second, so
+  // that a refusal that comes at once keeps its status) and a filler every second until it ends:
+  // an SSE comment in a stream; in a whole answer (200, chunked) a space, which JSON allows before
+  // a value. The price, for a client that half-closed: an error after that is an error object
+  // under the 200 already sent. (nginx and uvicorn treat a FIN as the client leaving.)
   static probe_action probe(bool closed, bool finishing, bool ended, bool head_out);
 
   // The errors this class answers with, for the session's own uses of them.
