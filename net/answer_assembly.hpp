@@ -38,6 +38,13 @@ class answer_assembly {
   // Whether an event of `choice` still counts (a cancelled choice may still answer late).
   virtual bool accepts(size_t choice) const = 0;
   virtual size_t size() const = 0;          // the choices, each its own request
+  // Choice `choice`'s request, made from the answer's `spec`: its own seed (seed + its index among
+  // its prompt's choices), and its prompt where the answer has several.
+  virtual actors::request_spec choice_spec(size_t choice, const actors::request_spec& spec) const {
+    actors::request_spec s = spec;
+    s.sampling.seed += choice;
+    return s;
+  }
   virtual bool streaming() const = 0;
   virtual bool stream_open() const = 0;     // the SSE head went out (counted as 200)
   virtual bool ended() const = 0;           // every choice ended (or one failed)

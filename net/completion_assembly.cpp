@@ -61,6 +61,7 @@ std::optional<api_error> completion_assembly::begin(const openai_request& req, b
   constraint_field_ = req.constraint_field;
   logprobs_ = req.logprobs;
   per_prompt_ = static_cast<size_t>(req.n);
+  batch_ = req.batch;
   echoes_.clear();
   if (req.echo) {
     auto text_of = [&inf](const std::string& text, const std::vector<int32_t>& tokens) {
@@ -272,6 +273,19 @@ actors::usage_info completion_assembly::summed_usage() const {
     usage.speculative_accepted += u.speculative_accepted;
   }
   return usage;
+}
+
+// A batch's prompt p has choices p * n .. p * n + n - 1; choice j of a prompt samples with seed + j,
+// as that prompt alone would.
+actors::request_spec completion_assembly::choice_spec(size_t choice, const actors::request_spec& spec) const {
+  actors::request_spec s = spec;
+  s.sampling.seed += choice % per_prompt_;
+  if (!batch_.empty()) {
+    const auto& p = batch_[std::min(batch_.size() - 1, choice / per_prompt_)];
+    s.prompt = p.text;
+    s.prompt_tokens = p.tokens;
+  }
+  return s;
 }
 
 const std::string& completion_assembly::echo_of(size_t choice) const {

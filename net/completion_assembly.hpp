@@ -55,6 +55,7 @@ class completion_assembly : public answer_assembly {
     return !ended_ && choice < choices_.size() && !choices_[choice].ended;
   }
   size_t size() const override { return choices_.size(); }
+  actors::request_spec choice_spec(size_t choice, const actors::request_spec& spec) const override;
   bool streaming() const override { return streaming_; }
   bool stream_open() const override { return head_sent_; }  // the SSE head went out (counted as 200)
   bool ended() const override { return ended_; }            // every choice ended (or one failed)
@@ -94,6 +95,7 @@ class completion_assembly : public answer_assembly {
   bool streaming_ = false;
   bool include_usage_ = false;
   bool logprobs_ = false;
+  std::vector<prompt_input> batch_;              // /v1/completions' batch of prompts (empty: spec's one)
   std::vector<std::string> echoes_;              // completions with `echo`: each prompt's text
   size_t per_prompt_ = 1;                        // choices per prompt (n): prompt p has choices p * n ..
   std::string max_tokens_field_ = "max_tokens";  // as the client spelt it (errors name it so)

@@ -624,8 +624,6 @@ void http_session::reset_request_state() {
   cors_origin_.clear();
   completion_ = {};
   responses_ = {};
-  batch_.clear();
-  per_prompt_ = 1;
   answer_ = &completion_;
   owner_.clear();
   recorders_.clear();

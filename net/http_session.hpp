@@ -156,9 +156,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
   };
   request_set request_;  // empty between requests
-  actors::request_spec spec_;         // what each choice submits (its seed + index)
-  std::vector<prompt_input> batch_;   // /v1/completions' batch of prompts (empty: spec_'s one)
-  size_t per_prompt_ = 1;             // choices per prompt (n)
+  actors::request_spec spec_;         // what each choice's request is made from (choice_spec)
   uint64_t generation_ = 0;           // tells a finished completion's late events apart
   // SSE output.
   struct out_chunk {

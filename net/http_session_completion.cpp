@@ -29,8 +29,6 @@ int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 void http_session::start_completion(openai_request req, const std::string& tenant) {
   if (auto e = completion_.begin(req, chat_, unix_now(), ctx_.inf)) return send_error(*e);
   answer_ = &completion_;
-  batch_ = std::move(req.batch);
-  per_prompt_ = static_cast<size_t>(req.n);
   run_answer(std::move(req.spec), tenant);
 }
 
@@ -45,18 +43,12 @@ void http_session::run_answer(actors::request_spec spec, const std::string& tena
   watch_disconnect();  // also keeps this session alive while the request runs
 }
 
-// Choice i is its own request, choice j of its prompt with seed + j (greedy ones are equal, as
-// OpenAI's; a batch's prompt samples as it would alone). Choice 0 goes
-// first, the others once its first token is out: by then its prompt's KV blocks are in the
-// prefix cache and the others share them instead of computing them again.
+// Choice i is its own request (answer_assembly::choice_spec: its seed, its prompt; greedy ones
+// are equal, as OpenAI's). Choice 0 goes first, the others once its first token is out: by then
+// its prompt's KV blocks are in the prefix cache and the others share them instead of computing
+// them again.
 void http_session::submit_choice(size_t i) {
-  actors::request_spec spec = spec_;
-  spec.sampling.seed = spec_.sampling.seed + i % per_prompt_;  // a batch's prompt p: seed + j, as alone
-  if (!batch_.empty()) {  // prompt p's choices are p * n .. p * n + n - 1
-    const auto& p = batch_[std::min(batch_.size() - 1, i / per_prompt_)];
-    spec.prompt = p.text;
-    spec.prompt_tokens = p.tokens;
-  }
+  actors::request_spec spec = answer_->choice_spec(i, spec_);
   std::weak_ptr<http_session> w = weak_from_this();
   const uint64_t gen = generation_;
   // Streaming: manual acks, a token counting as consumed once its chunks are written and the
